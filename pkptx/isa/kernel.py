@@ -1,0 +1,225 @@
+"""A kernel: its entry parameters, shared memory, body and the facts derived from it
+(PTX version and target from the instructions used, register declarations, PTX-line origins)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..errors import PTXBuildError, TargetError
+from .instruction import Instruction, capture_origin
+from .names import NameScope
+from .types import REGISTER_TYPES, ptx_type
+from .values import Param, Reg, Symbol
+
+MAX_PTX = (9, 0)          # the newest PTX ISA the GPU machine's driver accepts
+SM90_FLOOR = (7, 8)
+SM90A_FLOOR = (8, 0)
+
+
+class Kernel:
+    """``Kernel(name, params, ...)``: build with ``b = k.builder()``, then ``k.render()`` / ``k.compile()``.
+
+    ``params``: Param objects or ``(name, type)`` pairs. ``max_threads``/``req_threads`` become
+    ``.maxntid``/``.reqntid`` (one is needed for setmaxnreg), ``min_blocks`` ``.minnctapersm``,
+    ``max_regs`` ``.maxnreg``, ``cluster`` ``.reqnctapercluster``. ``target`` pins "sm_90" or
+    "sm_90a" (default: derived, sm_90a only when wgmma/setmaxnreg are used); ``ptx_version``
+    pins ``.version`` (default: the lowest the instructions allow).
+    """
+
+    def __init__(self, name: str, params=(), *, target: str | None = None, ptx_version=None,
+                 max_threads=None, req_threads=None, min_blocks: int | None = None, max_regs: int | None = None,
+                 cluster=None, dynamic_smem: int = 0):
+        if not name.isidentifier():
+            raise PTXBuildError(f"kernel name {name!r} must be an identifier")
+        if target not in (None, "sm_90", "sm_90a"):
+            raise TargetError(f"target must be 'sm_90' or 'sm_90a', got {target!r}")
+        self.name = name
+        self.params = tuple(p if isinstance(p, Param) else Param(*p) for p in params)
+        seen = set()
+        for p in self.params:
+            if p.name in seen or not p.name.isidentifier():
+                raise PTXBuildError(f"parameter name {p.name!r} is repeated or not an identifier")
+            seen.add(p.name)
+        self.pinned_target = target
+        self.pinned_version = tuple(ptx_version) if ptx_version else None
+        if self.pinned_version and self.pinned_version > MAX_PTX:
+            raise TargetError(f"ptx_version {self.pinned_version} is above {MAX_PTX}, the newest the driver takes")
+        self.max_threads = _dims(max_threads, "max_threads")
+        self.req_threads = _dims(req_threads, "req_threads")
+        self.cluster = _dims(cluster, "cluster")
+        self.min_blocks, self.max_regs, self.dynamic_smem = min_blocks, max_regs, dynamic_smem
+        self.names = NameScope()
+        self.body: list[Instruction] = []
+        self._regs: dict[str, Reg] = {}
+        self._defined: set[str] = set()
+        self._labels_placed: dict[str, object] = {}
+        self._labels_used: dict[str, object] = {}
+        self._shared: list[tuple[Symbol, int, int]] = []
+        self._dynamic: tuple[Symbol, int] | None = None
+        self.version = SM90_FLOOR
+        self.needs_sm90a = False
+        self._builder = None
+
+    # ------------------------------------------------------------ construction
+    def builder(self):
+        """The kernel's one builder."""
+        if self._builder is None:
+            from .builder import Builder
+            self._builder = Builder(self)
+        return self._builder
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise PTXBuildError(f"kernel {self.name} has no parameter {name!r}; it has "
+                            f"{', '.join(p.name for p in self.params) or 'none'}")
+
+    def shared(self, name: str, nbytes: int, align: int = 16) -> Symbol:
+        """A static ``.shared .align <align> .b8 name[nbytes]``; use it as an address base."""
+        if nbytes <= 0 or align <= 0 or align & (align - 1):
+            raise PTXBuildError(f"shared {name!r}: nbytes must be > 0 and align a power of two")
+        sym = Symbol(f"{name}", "shared")
+        self._shared.append((sym, nbytes, align))
+        return sym
+
+    def dynamic_shared(self, name: str = "dsmem", align: int = 1024) -> Symbol:
+        """The dynamic shared-memory window ``.extern .shared .align <align> .b8 name[]``."""
+        if self._dynamic is not None:
+            raise PTXBuildError("a kernel has one dynamic shared-memory window")
+        sym = Symbol(name, "shared")
+        self._dynamic = (sym, align)
+        return sym
+
+    # ------------------------------------------------------------ bookkeeping used by the builder
+    def declare(self, reg: Reg) -> None:
+        self._regs[reg.name] = reg
+
+    def append(self, ins: Instruction) -> None:
+        self.body.append(ins)
+
+    def require(self, spec, version, text: str) -> None:
+        if spec.target == "sm_90a":
+            if self.pinned_target == "sm_90":
+                raise TargetError(f"{text} needs target sm_90a, but the kernel is pinned to sm_90")
+            self.needs_sm90a = True
+        if version > MAX_PTX:
+            raise TargetError(f"{text} needs PTX ISA {version[0]}.{version[1]}, above the {MAX_PTX[0]}."
+                              f"{MAX_PTX[1]} the driver accepts")
+        if self.pinned_version and version > self.pinned_version:
+            raise TargetError(f"{text} needs PTX ISA {version[0]}.{version[1]}, but the kernel is pinned to "
+                              f"{self.pinned_version[0]}.{self.pinned_version[1]}")
+        self.version = max(self.version, version)
+
+    def track(self, defs, uses, text: str) -> None:
+        for r in uses:
+            if r.name not in self._defined:
+                raise PTXBuildError(f"{text}: register {r.name} (.{r.type}) is read before any instruction "
+                                    f"writes it")
+        for r in defs:
+            if r.name not in self._regs:
+                raise PTXBuildError(f"{text}: register {r.name} was not declared by this kernel's builder")
+            self._defined.add(r.name)
+
+    def place_label(self, label, origin) -> None:
+        if label.name in self._labels_placed:
+            raise PTXBuildError(f"label {label.name} placed twice", str(origin) if origin else None)
+        self._labels_placed[label.name] = origin
+
+    def branch_to(self, label, origin) -> None:
+        self._labels_used.setdefault(label.name, origin)
+
+    # ------------------------------------------------------------ derived facts
+    @property
+    def target(self) -> str:
+        return self.pinned_target or ("sm_90a" if self.needs_sm90a else "sm_90")
+
+    @property
+    def ptx_version(self) -> tuple[int, int]:
+        floor = SM90A_FLOOR if self.target == "sm_90a" else SM90_FLOOR
+        return self.pinned_version or max(self.version, floor)
+
+    def finish_checks(self) -> None:
+        """Whole-kernel rules: every branch target is placed."""
+        for name, origin in self._labels_used.items():
+            if name not in self._labels_placed:
+                raise PTXBuildError(f"branch to label {name}, which is never placed (a loop or if left "
+                                    f"open, or a b.range() loop exited with break?)",
+                                    str(origin) if origin else None)
+
+    def render(self) -> str:
+        return self._render()[0]
+
+    @property
+    def origins(self) -> dict[int, str]:
+        """PTX line number (1-based) -> the Python ``file:line`` that emitted it."""
+        return self._render()[1]
+
+    def _render(self):
+        self.finish_checks()
+        v = self.ptx_version
+        lines = [f"// pkptx kernel {self.name}", f".version {v[0]}.{v[1]}", f".target {self.target}",
+                 ".address_size 64", ""]
+        for sym, nbytes, align in self._shared:
+            lines.append(f".shared .align {align} .b8 {sym.name}[{nbytes}];")
+        if self._dynamic:
+            lines.append(f".extern .shared .align {self._dynamic[1]} .b8 {self._dynamic[0].name}[];")
+        if self._shared or self._dynamic:
+            lines.append("")
+        params = [f"\t{p.decl()}" for p in self.params]
+        lines.append(f".visible .entry {self.name}(")
+        lines.extend(p + ("," if i < len(params) - 1 else "") for i, p in enumerate(params))
+        lines.append(")")
+        lines.extend(self._directives())
+        lines.append("{")
+        by_type = defaultdict(list)
+        for reg in self._regs.values():
+            by_type[reg.type.reg_decl].append(reg.name)
+        for decl in sorted(by_type, key=lambda d: [t.reg_decl for t in REGISTER_TYPES].index(d)):
+            names = by_type[decl]
+            for i in range(0, len(names), 16):
+                lines.append(f"\t.reg .{decl} {', '.join(names[i:i + 16])};")
+        lines.append("")
+        origins = {}
+        for ins in self.body:
+            lines.append(ins.render())
+            if ins.origin is not None:
+                origins[len(lines)] = str(ins.origin)
+        lines.append("}")
+        return "\n".join(lines) + "\n", origins
+
+    def _directives(self) -> list[str]:
+        out = []
+        if self.max_threads:
+            out.append(".maxntid " + ", ".join(map(str, self.max_threads)))
+        if self.req_threads:
+            out.append(".reqntid " + ", ".join(map(str, self.req_threads)))
+        if self.min_blocks:
+            out.append(f".minnctapersm {self.min_blocks}")
+        if self.max_regs:
+            out.append(f".maxnreg {self.max_regs}")
+        if self.cluster:
+            out.append(".reqnctapercluster " + ", ".join(map(str, self.cluster)))
+        return out
+
+    # ------------------------------------------------------------ assembly
+    def compile(self, *, use_cache: bool = True):
+        """Assemble with nvJitLink; returns a :class:`pkptx.toolchain.CompiledKernel`."""
+        from ..toolchain import CompiledKernel, assemble
+        ptx, origins = self._render()
+        cubin = assemble(ptx, self.target, origins=origins, use_cache=use_cache)
+        block = self.req_threads or self.max_threads
+        return CompiledKernel(self.name, self.params, ptx, cubin, self.target, block,
+                              self.req_threads is not None, self.cluster, self.dynamic_smem, self.ptx_version)
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(1 for ins in self.body if ins.kind in ("ins", "raw"))
+
+
+def _dims(value, what):
+    if value is None:
+        return None
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
+        raise PTXBuildError(f"{what} must be 1 to 3 positive ints, got {value!r}")
+    return dims + (1,) * (3 - len(dims))

@@ -1,0 +1,646 @@
+"""The instruction table: the one place that spells PTX.
+
+Each row is a :class:`Spec`, keyed by the full mnemonic stem. Its ``pattern`` gives the exact order of
+the dotted parts: literals, modifier groups ``{name}`` (``{name?}`` when optional) and type slots
+``{T0}``, ``{T1}``...; keyword arguments give each group's legal options. ``ops`` is the operand
+signature: ``name:kinds:type`` with ``>`` for a destination and ``?`` for an optional operand.
+Kinds: R register, I immediate, A address, V brace vector, S special register, Y symbol, L label,
+M tensor-map reference ``[tmap, {coords}]``, K pipe pair ``d|p``, N sink ``_``.
+Type rules: ``T0`` (compatible with slot 0), ``T0w`` (at least as wide), ``T0x2`` (twice as wide),
+a PTX type name, or ``any``. Sections cite the PTX ISA 8.x manual.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+INT = ("u16", "u32", "u64", "s16", "s32", "s64")
+INT32_64 = ("u32", "u64", "s32", "s64")
+BITS = ("b16", "b32", "b64")
+FLOATS = ("f32", "f64")
+HALF = ("f16", "f16x2", "bf16", "bf16x2")
+LDST = ("b8", "b16", "b32", "b64", "b128", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
+        "f16", "f16x2", "bf16", "bf16x2", "f32", "f64")
+SCOPES = ("cta", "cluster", "gpu", "sys")
+RND_F = ("rn", "rz", "rm", "rp")
+RND_I = ("rni", "rzi", "rmi", "rpi")
+DIMS = ("1d", "2d", "3d", "4d", "5d")
+SMEM = ("shared", "shared::cta")
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    kinds: str
+    rule: str
+    dest: bool = False
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Spec:
+    key: str
+    pattern: tuple                       # ("lit", text) | ("grp", name, optional) | ("type", index)
+    groups: dict                         # group name -> tuple of legal options
+    types: tuple                         # per slot: tuple of legal type names
+    operands: tuple
+    section: str
+    min_ptx: tuple = (7, 8)
+    target: str = "sm_90"                # "sm_90a" for arch-specific instructions
+    check: Callable | None = None
+    version_rules: tuple = ()            # ((group, option) or type name, (major, minor))
+    required: frozenset = field(default_factory=frozenset)
+
+    def render_stem(self, mods: dict, types: tuple) -> str:
+        parts = []
+        for tok in self.pattern:
+            if tok[0] == "lit":
+                parts.append(tok[1])
+            elif tok[0] == "grp":
+                value = mods.get(tok[1])
+                if value:
+                    parts.append(value)
+            else:
+                parts.append(types[tok[1]])
+        return ".".join(parts)
+
+
+def _parse_pattern(pattern: str):
+    out, required, slots = [], set(), 0
+    for piece in pattern.split("."):
+        if piece.startswith("{T") and piece.endswith("}"):
+            out.append(("type", int(piece[2:-1])))
+            slots = max(slots, int(piece[2:-1]) + 1)
+        elif piece.startswith("{"):
+            name = piece[1:-1]
+            optional = name.endswith("?")
+            name = name.rstrip("?")
+            out.append(("grp", name, optional))
+            if not optional:
+                required.add(name)
+        else:
+            out.append(("lit", piece))
+    return tuple(out), frozenset(required), slots
+
+
+def _parse_ops(sig: str) -> tuple:
+    ops = []
+    for tok in sig.split():
+        name, kinds, rule = (tok.split(":") + ["any"])[:3]
+        dest = name.startswith(">")
+        name = name.lstrip(">")
+        optional = name.endswith("?")
+        ops.append(Operand(name.rstrip("?"), kinds, rule, dest, optional))
+    return tuple(ops)
+
+
+SPECS: dict[str, Spec] = {}
+
+
+def spec(key: str, pattern: str, ops: str = "", *, section: str, ptx=(7, 8), target="sm_90",
+         check=None, versions=(), **options) -> Spec:
+    """Add one row to the table. ``options``: group name or ``T<i>`` -> legal options."""
+    pat, required, slots = _parse_pattern(pattern)
+    groups = {k: tuple(v) for k, v in options.items() if not k.startswith("T")}
+    types = tuple(tuple(options.get(f"T{i}", ())) for i in range(slots))
+    for tok in pat:
+        if tok[0] == "grp" and tok[1] not in groups:
+            groups[tok[1]] = (tok[1],)      # a flag such as {ftz?}: its only option is its name
+    row = Spec(key, pat, groups, types, _parse_ops(ops), section, ptx, target, check, tuple(versions),
+               required)
+    if key in SPECS:
+        raise ValueError(f"duplicate spec row {key!r}")
+    SPECS[key] = row
+    return row
+
+
+# ----------------------------------------------------------------------------- checks
+# Each check gets (mods, types, operands) and returns an error text or None.
+
+def _scope_with_sem(mods, *_):
+    """A .relaxed/.acquire/.release/.acq_rel access needs a scope; .weak/.volatile take none."""
+    sem, scope = mods.get("sem"), mods.get("scope")
+    if sem in ("relaxed", "acquire", "release", "acq_rel") and not scope:
+        return f"'.{sem}' needs a scope: one of {', '.join('.' + s for s in SCOPES)}"
+    if scope and sem not in ("relaxed", "acquire", "release", "acq_rel"):
+        return f"scope '.{scope}' is only legal with .relaxed/.acquire/.release/.acq_rel, not {sem or 'no sem'}"
+    return None
+
+
+def _vec_count(mods, ops, idx):
+    want = {"v2": 2, "v4": 4, "v8": 8}.get(mods.get("vec"), 1)
+    got = len(ops[idx]) if hasattr(ops[idx], "items") else 1
+    if want != got:
+        return f"'.{mods.get('vec', 'scalar')}' needs {want} register(s) in operand {idx}, got {got}"
+    return None
+
+
+def _hint_needs_policy(mods, ops, policy_name="policy"):
+    has_policy = ops.get(policy_name) is not None
+    if bool(mods.get("hint")) != has_policy:
+        return "'.L2::cache_hint' and a 64-bit cache-policy operand go together"
+    return None
+
+
+def _check_ldst(load: bool):
+    def check(mods, types, ops):
+        err = _scope_with_sem(mods)
+        if err:
+            return err
+        if mods.get("sem") not in (None, "weak") and (mods.get("cache") or mods.get("nc")):
+            return "cache operators and .nc are only legal on weak accesses"
+        if mods.get("nc") and mods.get("space") != "global":
+            return "'.nc' is only legal with .global"
+        if mods.get("sem") and mods.get("space") in ("param", "const", "local"):
+            return f"memory-ordering qualifiers are not legal on .{mods['space']}"
+        if types[0] == "b128" and mods.get("vec"):
+            return "'.b128' cannot be combined with a vector width"
+        data = "d" if load else "b"
+        err = _vec_count(mods, list(ops.values()), list(ops).index(data))
+        return err or _hint_needs_policy(mods, ops)
+    return check
+
+
+def _check_cvt(mods, types, ops):
+    dst, src = types
+    dst_f, src_f = dst[0] in "fbt" and dst not in BITS, src[0] in "fbt" and src not in BITS
+    rnd = mods.get("rnd")
+    width = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "tf32": 32, "f16x2": 32, "bf16x2": 32}
+    if dst.endswith("x2"):
+        if src != "f32" or rnd not in ("rn", "rz"):
+            return f"cvt to .{dst} packs two .f32 sources and needs .rn or .rz"
+        if ops.get("b") is None:
+            return f"cvt to .{dst} takes two source operands"
+        return None
+    if ops.get("b") is not None:
+        return "only packing conversions (to .f16x2/.bf16x2) take a second source"
+    if dst_f and src_f:
+        narrowing = width.get(dst, 0) < width.get(src, 0) or dst == "tf32"
+        if narrowing and rnd not in RND_F + ("rna",):
+            return f"narrowing float conversion .{src} -> .{dst} needs a rounding mode: .rn .rz .rm .rp"
+        if not narrowing and rnd in RND_F:
+            return f"widening float conversion .{src} -> .{dst} takes no rounding mode"
+        if rnd in RND_I and not narrowing and dst != src:
+            return "integer rounding (.rni...) is only legal for float-to-same-width-float or float-to-int"
+    elif dst_f and not src_f:
+        if rnd not in RND_F:
+            return f"integer-to-float conversion .{src} -> .{dst} needs one of .rn .rz .rm .rp"
+    elif src_f and not dst_f:
+        if rnd not in RND_I:
+            return f"float-to-integer conversion .{src} -> .{dst} needs one of .rni .rzi .rmi .rpi"
+    elif rnd:
+        return f"integer-to-integer conversion .{src} -> .{dst} takes no rounding mode"
+    return None
+
+
+def _float_only(*flag_groups):
+    def check(mods, types, ops):
+        ty = types[0]
+        is_float = ty in FLOATS or ty in HALF
+        for g in flag_groups:
+            if mods.get(g) and not is_float and not (g == "sat" and ty == "s32"):
+                return f"'.{mods[g]}' is only legal on floating-point types, not .{ty}"
+        if "rnd" in mods and mods.get("rnd") and ty in HALF and mods["rnd"] != "rn":
+            return f".{ty} arithmetic only rounds with .rn"
+        return None
+    return check
+
+
+def _check_mul(mods, types, ops):
+    ty = types[0]
+    is_int = ty in INT
+    if is_int and not mods.get("mode"):
+        return f"integer mul/mad .{ty} needs one of .hi .lo .wide"
+    if not is_int and mods.get("mode"):
+        return f"'.{mods['mode']}' is only legal on integer types, not .{ty}"
+    if mods.get("mode") == "wide" and ty in ("u64", "s64"):
+        return ".wide is only legal on 16- and 32-bit integers"
+    if ty in FLOATS and types[0] and mods.get("key_mad") and not mods.get("rnd"):
+        return "float mad needs a rounding mode"
+    return _float_only("rnd", "ftz", "sat")(mods, types, ops)
+
+
+def _check_mad(mods, types, ops):
+    if types[0] in FLOATS + HALF and not mods.get("rnd"):
+        return f"float mad .{types[0]} needs a rounding mode: .rn .rz .rm .rp"
+    return _check_mul(mods, types, ops)
+
+
+def _check_fma(mods, types, ops):
+    if not mods.get("rnd"):
+        return "fma needs a rounding mode: .rn .rz .rm .rp"
+    return _float_only("rnd", "ftz", "sat")(mods, types, ops)
+
+
+def _check_div(mods, types, ops):
+    ty, mode = types[0], mods.get("mode")
+    if ty in INT and mode:
+        return f"integer div takes no mode, got .{mode}"
+    if ty == "f32" and not mode:
+        return "div.f32 needs one of .approx .full .rn .rz .rm .rp"
+    if ty == "f64" and mode not in RND_F:
+        return "div.f64 needs one of .rn .rz .rm .rp"
+    if mode in ("approx", "full") and ty != "f32":
+        return f"'.{mode}' is only legal on .f32"
+    return None
+
+
+def _check_setp(mods, types, ops):
+    ty, cmp = types[0], mods["cmp"]
+    unsigned_only = ("lo", "ls", "hi", "hs")
+    unordered = ("equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
+    is_float = ty in FLOATS or ty in HALF
+    if cmp in unsigned_only and (is_float or ty.startswith("s")):
+        return f"'.{cmp}' compares unsigned integers; .{ty} needs one of .lt .le .gt .ge"
+    if cmp in unordered and not is_float:
+        return f"'.{cmp}' is a floating-point comparison, not legal on .{ty}"
+    if cmp in ("lt", "le", "gt", "ge") and ty.startswith("b"):
+        return f"ordered comparison '.{cmp}' is not defined on bit type .{ty}; use .u or .s"
+    if mods.get("ftz") and ty != "f32":
+        return "'.ftz' is only legal on .f32"
+    if bool(mods.get("bool")) != (ops.get("c") is not None):
+        return "a boolean combine (.and/.or/.xor) and a third predicate operand go together"
+    return None
+
+
+def _check_atom(mods, types, ops):
+    err = _scope_with_sem(mods)
+    if err:
+        return err
+    op, ty = mods["op"], types[0]
+    if op in ("and", "or", "xor") and not ty.startswith("b"):
+        return f"atom/red '.{op}' needs a bit type (.b32/.b64), not .{ty}"
+    if op in ("inc", "dec") and ty != "u32":
+        return f"atom/red '.{op}' is only defined on .u32"
+    if op in ("min", "max") and ty.startswith("b"):
+        return f"atom/red '.{op}' needs .u/.s/.f types, not .{ty}"
+    if op == "add" and ty.startswith("b"):
+        return f"atom/red '.add' needs .u/.s/.f types, not .{ty}"
+    if op == "cas" and not ty.startswith("b"):
+        return f"atom '.cas' needs a bit type, not .{ty}"
+    if (op == "cas") != (ops.get("c") is not None):
+        return "atom.cas takes a compare and a swap value; other ops take one value"
+    if op == "exch" and not ty.startswith("b"):
+        return f"atom '.exch' needs a bit type, not .{ty}"
+    if ty in ("f16", "bf16", "f16x2", "bf16x2") and not (op == "add" and mods.get("noftz")):
+        return f"16-bit float atom/red is only .add.noftz, got .{op}"
+    if mods.get("noftz") and ty not in ("f16", "bf16", "f16x2", "bf16x2"):
+        return "'.noftz' is only legal on 16-bit float types"
+    return _hint_needs_policy(mods, ops)
+
+
+def _check_fence(mods, types, ops):
+    return None
+
+
+def _check_bulk_load(mods, types, ops):
+    if bool(mods.get("multicast")) != (ops.get("mask") is not None):
+        return "'.multicast::cluster' and a 16-bit CTA mask operand go together"
+    return _hint_needs_policy(mods, ops)
+
+
+def _check_tensor(mods, types, ops):
+    dims = int(mods["dim"][0])
+    ref = ops["tensor"]
+    if len(ref.coords) != dims:
+        return f"a .{mods['dim']} tensor copy takes {dims} coordinate(s), got {len(ref.coords)}"
+    if mods.get("load_mode", "tile") != "tile" and dims < 3:
+        return "im2col modes need at least 3 dimensions"
+    if "multicast" in mods or "mask" in ops:
+        err = _check_bulk_load(mods, types, ops)
+        if err:
+            return err
+    return _hint_needs_policy(mods, ops)
+
+
+def _check_multimem(mods, types, ops):
+    ty, op = types[0], mods.get("op")
+    err = _scope_with_sem({"sem": mods.get("sem"), "scope": mods.get("scope")})
+    if err:
+        return err
+    if mods.get("acc") and ty not in HALF:
+        return f"'.acc::f32' is only legal with 16-bit float types, not .{ty}"
+    if mods.get("acc") and op != "add":
+        return "'.acc::f32' is only legal with .add"
+    if op in ("and", "or", "xor") and not ty.startswith("b"):
+        return f"multimem '.{op}' needs .b32/.b64, not .{ty}"
+    if op in ("add", "min", "max", "inc", "dec") and ty.startswith("b"):
+        return f"multimem '.{op}' needs .u/.s/.f types, not .{ty}"
+    if mods.get("vec") and ty not in ("f32",) + HALF:
+        return f"vector multimem forms exist only for .f32 and 16-bit float types, not .{ty}"
+    if mods.get("vec") == "v8" and ty in ("f32", "f16x2", "bf16x2"):
+        return f".v8 is only legal with .f16/.bf16, not .{ty}"
+    data = "d" if "d" in ops else "b"
+    return _vec_count(mods, list(ops.values()), list(ops).index(data))
+
+
+def _check_wgmma(register_a: bool):
+    k_for = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}
+
+    def check(mods, types, ops):
+        dtype, atype, btype = types
+        shape = mods["shape"]
+        try:
+            m, rest = shape[1:].split("n")
+            n, k = (int(x) for x in rest.split("k"))
+        except ValueError:
+            return f"bad wgmma shape '{shape}'"
+        if int(m) != 64 or k != k_for[atype]:
+            return f"wgmma with .{atype} inputs needs shape m64nNk{k_for[atype]}, got {shape}"
+        if atype != btype and not (atype in ("e4m3", "e5m2") and btype in ("e4m3", "e5m2")):
+            return f"wgmma A and B types must match, got .{atype} and .{btype}"
+        step = 8 if atype in ("f16", "bf16", "tf32") else 8
+        if not (8 <= n <= 256 and n % step == 0):
+            return f"wgmma N must be a multiple of {step} in 8..256, got {n}"
+        if dtype == "f16" and atype not in ("f16", "e4m3", "e5m2"):
+            return f"wgmma .f16 accumulation needs .f16 or fp8 inputs, not .{atype}"
+        regs = n // 2 if dtype in ("f32", "s32") else n // 4
+        if len(ops["d"]) != regs:
+            return f"wgmma {shape} with .{dtype} accumulators needs {regs} destination registers, got {len(ops['d'])}"
+        if register_a and len(ops["a"]) != 4:
+            return f"register-A wgmma takes 4 .b32 registers for A, got {len(ops['a'])}"
+        transposable = atype in ("f16", "bf16")
+        if not transposable and (ops.get("ta") is not None or ops.get("tb") is not None):
+            return f"wgmma with .{atype} inputs takes no transpose operands"
+        if transposable and ops.get("tb") is None:
+            return "wgmma with 16-bit inputs takes the transpose-B immediate (and transpose-A for descriptor A)"
+        for name in ("sa", "sb"):
+            if ops[name].value not in (1, -1):
+                return f"wgmma scale immediates are 1 or -1, got {ops[name].value}"
+        return None
+    return check
+
+
+def _check_setmaxnreg(mods, types, ops):
+    n = ops["n"].value
+    if not (24 <= n <= 256 and n % 8 == 0):
+        return f"setmaxnreg takes a multiple of 8 in 24..256, got {n}"
+    return None
+
+
+def _check_matrix(mods, types, ops):
+    want = int(mods["num"][1])
+    data = ops.get("d") if "d" in ops else ops.get("b")
+    got = len(data) if hasattr(data, "items") else 1
+    return None if got == want else f".{mods['num']} moves {want} register(s), got {got}"
+
+
+def _check_vote(mods, types, ops):
+    if (mods["mode"] == "ballot") != (types[0] == "b32"):
+        return "vote.ballot returns .b32; vote.all/.any/.uni return .pred"
+    return None
+
+
+def _check_redux(mods, types, ops):
+    if mods["op"] in ("and", "or", "xor") and types[0] != "b32":
+        return f"redux.sync .{mods['op']} needs .b32"
+    if mods["op"] in ("add", "min", "max") and types[0] not in ("u32", "s32"):
+        return f"redux.sync .{mods['op']} needs .u32 or .s32"
+    return None
+
+
+def _check_mbar_sem(mods, types, ops):
+    if mods.get("scope") and not mods.get("sem"):
+        return "an mbarrier scope needs a semantics qualifier (.release / .acquire / .relaxed)"
+    return None
+
+
+# ----------------------------------------------------------------------------- the table
+A, B3 = "a:RIS:T0", "b:RI:T0"
+
+# 9.7.1 Integer and 9.7.3 floating-point arithmetic
+for _op in ("add", "sub"):
+    spec(_op, f"{_op}.{{rnd?}}.{{ftz?}}.{{sat?}}.{{cc?}}.{{T0}}", ">d:R:T0 a:RIS:T0 b:RIS:T0",
+         section="9.7.1.1/9.7.3.1", rnd=RND_F, T0=INT + FLOATS + HALF, check=_float_only("rnd", "ftz", "sat"))
+for _op in ("addc", "subc"):
+    spec(_op, f"{_op}.{{cc?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.2", T0=INT32_64)
+spec("mul", "mul.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RIS:T0 b:RI:T0", section="9.7.1.3/9.7.3.5",
+     mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS + HALF, check=_check_mul)
+spec("mad", "mad.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RI:T0 b:RI:T0 c:RI:T0x2",
+     section="9.7.1.4/9.7.3.6", mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS, check=_check_mad)
+spec("fma", "fma.{rnd}.{ftz?}.{sat?}.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:RI:T0", section="9.7.3.6/9.7.4.5",
+     rnd=RND_F, T0=FLOATS + HALF, check=_check_fma)
+spec("div", "div.{mode?}.{ftz?}.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.1.6/9.7.3.8",
+     mode=("approx", "full") + RND_F, T0=INT + FLOATS, check=_check_div)
+spec("rem", "rem.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.1.7", T0=INT)
+for _op in ("abs", "neg"):
+    spec(_op, f"{_op}.{{ftz?}}.{{T0}}", ">d:R:T0 a:R:T0", section="9.7.1.8/9.7.3.10",
+         T0=("s16", "s32", "s64") + FLOATS + HALF, check=_float_only("ftz"))
+for _op in ("min", "max"):
+    spec(_op, f"{_op}.{{ftz?}}.{{nan?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.1.10/9.7.3.11",
+         nan=("NaN",), T0=INT + FLOATS + HALF, check=_float_only("ftz", "nan"))
+for _op, _modes in (("rcp", ("approx",) + RND_F), ("sqrt", ("approx",) + RND_F), ("rsqrt", ("approx",)),
+                    ("ex2", ("approx",)), ("lg2", ("approx",)), ("sin", ("approx",)), ("cos", ("approx",)),
+                    ("tanh", ("approx",))):
+    spec(_op, f"{_op}.{{mode}}.{{ftz?}}.{{T0}}", ">d:R:T0 a:R:T0", section="9.7.3.13-22", mode=_modes,
+         T0=("f32", "f64") if _op in ("rcp", "sqrt", "rsqrt") else ("f32",))
+spec("popc", "popc.{T0}", ">d:R:u32 a:R:T0", section="9.7.1.14", T0=("b32", "b64"))
+spec("clz", "clz.{T0}", ">d:R:u32 a:R:T0", section="9.7.1.15", T0=("b32", "b64"))
+spec("brev", "brev.{T0}", ">d:R:T0 a:R:T0", section="9.7.1.17", T0=("b32", "b64"))
+spec("bfe", "bfe.{T0}", ">d:R:T0 a:R:T0 b:RI:u32 c:RI:u32", section="9.7.1.19", T0=INT32_64)
+spec("bfi", "bfi.{T0}", ">d:R:T0 a:RI:T0 b:R:T0 c:RI:u32 e:RI:u32", section="9.7.1.20", T0=("b32", "b64"))
+
+# 9.7.8 Logic and shift
+for _op in ("and", "or", "xor"):
+    spec(_op, f"{_op}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.8", T0=("pred",) + BITS)
+spec("not", "not.{T0}", ">d:R:T0 a:R:T0", section="9.7.8.4", T0=("pred",) + BITS)
+spec("shl", "shl.{T0}", ">d:R:T0 a:RI:T0 b:RI:u32", section="9.7.8.7", T0=BITS)
+spec("shr", "shr.{T0}", ">d:R:T0 a:RI:T0 b:RI:u32", section="9.7.8.8", T0=BITS + INT)
+spec("lop3", "lop3.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:RI:T0 lut:I:u32", section="9.7.8.6", T0=("b32",))
+spec("prmt", "prmt.{T0}.{mode?}", ">d:R:T0 a:RI:T0 b:RI:T0 c:RI:T0", section="9.7.9.7", T0=("b32",),
+     mode=("f4e", "b4e", "rc8", "ecl", "ecr", "rc16"))
+
+# 9.7.7 Comparison and selection
+spec("setp", "setp.{cmp}.{bool?}.{ftz?}.{T0}", ">p:R:pred a:RI:T0 b:RI:T0 c?:R:pred", section="9.7.7.1",
+     cmp=("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu", "leu", "gtu",
+          "geu", "num", "nan"), bool=("and", "or", "xor"), T0=BITS + INT + FLOATS + ("f16", "bf16"),
+     check=_check_setp)
+spec("selp", "selp.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:R:pred", section="9.7.7.2", T0=BITS + INT + FLOATS)
+
+# 9.7.9 Data movement and conversion
+spec("mov", "mov.{T0}", ">d:RV:T0 a:RISYV:T0", section="9.7.9.1",
+     T0=("pred",) + BITS + ("b128",) + INT + FLOATS + ("f16", "bf16"), versions=(("b128", (8, 3)),))
+spec("cvt", "cvt.{rnd?}.{ftz?}.{sat?}.{relu?}.{satfinite?}.{T0}.{T1}", ">d:R:T0w a:RI:T1w b?:R:T1",
+     section="9.7.9.21", rnd=RND_F + RND_I + ("rna",),
+     T0=INT + ("u8", "s8") + FLOATS + HALF + ("tf32",), T1=INT + ("u8", "s8") + FLOATS + ("f16", "bf16"),
+     check=_check_cvt)
+spec("cvta", "cvta.{to?}.{space}.{T0}", ">d:R:T0 a:RY:T0", section="9.7.9.20",
+     space=("global", "shared", "shared::cta", "shared::cluster", "local", "const", "param"),
+     T0=("u32", "u64"))
+spec("ld", "ld.{sem?}.{scope?}.{space?}.{nc?}.{cache?}.{evict?}.{prefetch?}.{hint?}.{vec?}.{T0}",
+     ">d:RV:T0w addr:A policy?:R:b64", section="9.7.9.8",
+     sem=("weak", "relaxed", "acquire", "volatile"), scope=SCOPES,
+     space=("global", "shared", "shared::cta", "shared::cluster", "local", "param", "const"),
+     cache=("ca", "cg", "cs", "lu", "cv"),
+     evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
+     prefetch=("L2::64B", "L2::128B", "L2::256B"), hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST,
+     check=_check_ldst(load=True), versions=(("b128", (8, 3)),))
+spec("st", "st.{sem?}.{scope?}.{space?}.{cache?}.{evict?}.{hint?}.{vec?}.{T0}", "addr:A b:RIV:T0w policy?:R:b64",
+     section="9.7.9.9", sem=("weak", "relaxed", "release", "volatile"), scope=SCOPES,
+     space=("global", "shared", "shared::cta", "shared::cluster", "local", "param"),
+     cache=("wb", "cg", "cs", "wt"),
+     evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
+     hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST, check=_check_ldst(load=False),
+     versions=(("b128", (8, 3)),))
+spec("prefetch", "prefetch.{space?}.{level?}", "addr:A", section="9.7.9.15",
+     space=("global", "local", "tensormap"), level=("L1", "L2", "L2::evict_last", "L2::evict_normal"))
+spec("mapa", "mapa.{space?}.{T0}", ">d:R:T0 a:RY:T0 rank:RI:u32", section="9.7.9.22",
+     space=("shared::cluster",), T0=("u32", "u64"))
+spec("getctarank", "getctarank.{space?}.{T0}", ">d:R:u32 a:RY:T0", section="9.7.9.23",
+     space=("shared::cluster",), T0=("u32", "u64"))
+spec("createpolicy", "createpolicy.fractional.{primary}.{secondary?}.b64", ">d:R:b64 fraction?:I:f32",
+     section="9.7.9.18", primary=("L2::evict_last", "L2::evict_normal", "L2::evict_first", "L2::evict_unchanged"),
+     secondary=("L2::evict_first", "L2::evict_unchanged"))
+spec("ldmatrix", "ldmatrix.sync.aligned.{shape}.{num}.{trans?}.{space?}.{T0}", ">d:RV:b32 addr:A",
+     section="9.7.14.5.15", shape=("m8n8",), num=("x1", "x2", "x4"), space=SMEM, T0=("b16",), check=_check_matrix)
+spec("stmatrix", "stmatrix.sync.aligned.{shape}.{num}.{trans?}.{space?}.{T0}", "addr:A b:RV:b32",
+     section="9.7.14.5.16", ptx=(7, 8), shape=("m8n8",), num=("x1", "x2", "x4"), space=SMEM, T0=("b16",),
+     check=_check_matrix)
+
+# 9.7.12 Parallel synchronization and communication
+spec("bar.sync", "bar.sync", "id:RI:u32 count?:RI:u32", section="9.7.12.1")
+spec("bar.arrive", "bar.arrive", "id:RI:u32 count:RI:u32", section="9.7.12.1")
+spec("barrier.sync", "barrier.sync.{aligned?}", "id:RI:u32 count?:RI:u32", section="9.7.12.1")
+spec("barrier.arrive", "barrier.arrive.{aligned?}", "id:RI:u32 count:RI:u32", section="9.7.12.1")
+spec("barrier.cluster.arrive", "barrier.cluster.arrive.{sem?}.{aligned?}", section="9.7.12.2",
+     sem=("release", "relaxed"), versions=(("relaxed", (8, 0)),))
+spec("barrier.cluster.wait", "barrier.cluster.wait.{sem?}.{aligned?}", section="9.7.12.2", sem=("acquire",))
+spec("membar", "membar.{level}", section="9.7.12.4", level=("cta", "gl", "sys"))
+spec("fence", "fence.{sem}.{scope}", section="9.7.12.4", sem=("sc", "acq_rel"), scope=SCOPES)
+spec("fence.proxy.async", "fence.proxy.async.{space?}", section="9.7.12.4",
+     space=("shared::cta", "shared::cluster", "global"), ptx=(8, 0))
+spec("fence.proxy.alias", "fence.proxy.alias", section="9.7.12.4", ptx=(7, 5))
+spec("fence.proxy.tensormap.release", "fence.proxy.tensormap::generic.release.{scope}", section="9.7.12.4",
+     ptx=(8, 3), scope=SCOPES)
+spec("fence.proxy.tensormap.acquire", "fence.proxy.tensormap::generic.acquire.{scope}", "addr:A size:I:u32",
+     section="9.7.12.4", ptx=(8, 3), scope=SCOPES)
+spec("fence.mbarrier_init", "fence.mbarrier_init.release.cluster", section="9.7.12.4", ptx=(8, 0))
+spec("atom", "atom.{sem?}.{scope?}.{space?}.{op}.{noftz?}.{hint?}.{T0}",
+     ">d:R:T0 addr:A b:RI:T0 c?:RI:T0 policy?:R:b64", section="9.7.12.5",
+     sem=("relaxed", "acquire", "release", "acq_rel"), scope=SCOPES,
+     space=("global", "shared", "shared::cta", "shared::cluster"),
+     op=("and", "or", "xor", "cas", "exch", "add", "inc", "dec", "min", "max"), hint=("L2::cache_hint",),
+     T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"),
+     check=_check_atom)
+spec("red", "red.{sem?}.{scope?}.{space?}.{op}.{noftz?}.{hint?}.{T0}", "addr:A b:RI:T0 policy?:R:b64",
+     section="9.7.12.6", sem=("relaxed", "release"), scope=SCOPES,
+     space=("global", "shared", "shared::cta", "shared::cluster"),
+     op=("and", "or", "xor", "add", "inc", "dec", "min", "max"), hint=("L2::cache_hint",),
+     T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"),
+     check=_check_atom)
+spec("shfl.sync", "shfl.sync.{mode}.b32", ">d:R:b32 a:RI:b32 b:RI:u32 c:RI:u32 mask:RI:u32", section="9.7.9.6",
+     mode=("up", "down", "bfly", "idx"))
+spec("vote.sync", "vote.sync.{mode}.{T0}", ">d:R:T0 a:R:pred mask:RI:u32", section="9.7.12.10",
+     mode=("all", "any", "uni", "ballot"), T0=("pred", "b32"), check=_check_vote)
+spec("redux.sync", "redux.sync.{op}.{T0}", ">d:R:T0 a:R:T0 mask:RI:u32", section="9.7.12.12",
+     op=("add", "min", "max", "and", "or", "xor"), T0=("u32", "s32", "b32"), check=_check_redux)
+spec("elect.sync", "elect.sync", ">d:K:any mask:RI:u32", section="9.7.12.13", ptx=(8, 0))
+spec("activemask", "activemask.b32", ">d:R:b32", section="9.7.12.11")
+spec("griddepcontrol", "griddepcontrol.{action}", section="9.7.12.16", ptx=(7, 8),
+     action=("launch_dependents", "wait"))
+
+# 9.7.12.15 mbarrier
+_MB = dict(sem=("release", "relaxed", "acquire"), scope=("cta", "cluster"), space=SMEM + ("shared::cluster",))
+spec("mbarrier.init", "mbarrier.init.{space?}.b64", "addr:A count:RI:u32", section="9.7.12.15.9", ptx=(7, 0),
+     space=SMEM)
+spec("mbarrier.inval", "mbarrier.inval.{space?}.b64", "addr:A", section="9.7.12.15.10", ptx=(7, 0), space=SMEM)
+spec("mbarrier.arrive", "mbarrier.arrive.{sem?}.{scope?}.{space?}.b64", ">state:RN:b64 addr:A count?:RI:u32",
+     section="9.7.12.15.13", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+spec("mbarrier.arrive_drop", "mbarrier.arrive_drop.{sem?}.{scope?}.{space?}.b64",
+     ">state:RN:b64 addr:A count?:RI:u32", section="9.7.12.15.14", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+spec("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx.{sem?}.{scope?}.{space?}.b64",
+     ">state:RN:b64 addr:A tx:RI:u32", section="9.7.12.15.13", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+spec("mbarrier.expect_tx", "mbarrier.expect_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
+     section="9.7.12.15.11", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+spec("mbarrier.complete_tx", "mbarrier.complete_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
+     section="9.7.12.15.12", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+spec("mbarrier.test_wait", "mbarrier.test_wait.{parity?}.{sem?}.{scope?}.{space?}.b64",
+     ">p:R:pred addr:A state:RI:b64", section="9.7.12.15.16", ptx=(8, 0), parity=("parity",),
+     check=_check_mbar_sem, **_MB)
+spec("mbarrier.try_wait", "mbarrier.try_wait.{parity?}.{sem?}.{scope?}.{space?}.b64",
+     ">p:R:pred addr:A state:RI:b64 hint?:RI:u32", section="9.7.12.15.16", ptx=(8, 0), parity=("parity",),
+     check=_check_mbar_sem, **_MB)
+spec("mbarrier.pending_count", "mbarrier.pending_count.b64", ">d:R:u32 state:R:b64", section="9.7.12.15.17",
+     ptx=(7, 0))
+
+# 9.7.9.25 Bulk and tensor asynchronous copies
+spec("cp.async.bulk.shared::cluster.global",
+     "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.{multicast?}.{hint?}",
+     "dst:A src:A size:RI:u32 mbar:A mask?:RI:u16 policy?:R:b64", section="9.7.9.25.4.1", ptx=(8, 0),
+     multicast=("multicast::cluster",), hint=("L2::cache_hint",), check=_check_bulk_load)
+spec("cp.async.bulk.shared::cluster.shared::cta",
+     "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes", "dst:A src:A size:RI:u32 mbar:A",
+     section="9.7.9.25.4.1", ptx=(8, 0))
+spec("cp.async.bulk.global.shared::cta", "cp.async.bulk.global.shared::cta.bulk_group.{hint?}",
+     "dst:A src:A size:RI:u32 policy?:R:b64", section="9.7.9.25.4.1", ptx=(8, 0), hint=("L2::cache_hint",),
+     check=lambda m, t, o: _hint_needs_policy(m, o))
+spec("cp.reduce.async.bulk.global.shared::cta",
+     "cp.reduce.async.bulk.global.shared::cta.bulk_group.{hint?}.{op}.{noftz?}.{T0}",
+     "dst:A src:A size:RI:u32 policy?:R:b64", section="9.7.9.25.4.2", ptx=(8, 0), hint=("L2::cache_hint",),
+     op=("add", "min", "max", "inc", "dec", "and", "or", "xor"),
+     T0=("b32", "b64", "u32", "s32", "u64", "s64", "f32", "f64", "f16", "bf16"),
+     check=lambda m, t, o: _check_atom(dict(m, op=m["op"]), t, dict(o, c=None)))
+spec("cp.reduce.async.bulk.shared::cluster.shared::cta",
+     "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.{op}.{T0}",
+     "dst:A src:A size:RI:u32 mbar:A", section="9.7.9.25.4.2", ptx=(8, 0),
+     op=("add", "min", "max", "inc", "dec", "and", "or", "xor"), T0=("b32", "b64", "u32", "s32", "u64", "s64"),
+     check=lambda m, t, o: _check_atom(m, t, dict(o, c=None)))
+spec("cp.async.bulk.prefetch.L2.global", "cp.async.bulk.prefetch.L2.global.{hint?}", "src:A size:RI:u32 policy?:R:b64",
+     section="9.7.9.25.4.3", ptx=(8, 0), hint=("L2::cache_hint",), check=lambda m, t, o: _hint_needs_policy(m, o))
+spec("cp.async.bulk.tensor.shared::cluster.global",
+     "cp.async.bulk.tensor.{dim}.shared::cluster.global.{load_mode?}.mbarrier::complete_tx::bytes.{multicast?}.{hint?}",
+     "dst:A tensor:M mbar:A mask?:RI:u16 policy?:R:b64", section="9.7.9.25.5.1", ptx=(8, 0), dim=DIMS,
+     load_mode=("tile", "im2col"), multicast=("multicast::cluster",), hint=("L2::cache_hint",), check=_check_tensor)
+spec("cp.async.bulk.tensor.global.shared::cta",
+     "cp.async.bulk.tensor.{dim}.global.shared::cta.{load_mode?}.bulk_group.{hint?}",
+     "tensor:M src:A policy?:R:b64", section="9.7.9.25.5.1", ptx=(8, 0), dim=DIMS,
+     load_mode=("tile", "im2col_no_offs"), hint=("L2::cache_hint",), check=_check_tensor)
+spec("cp.reduce.async.bulk.tensor",
+     "cp.reduce.async.bulk.tensor.{dim}.global.shared::cta.{op}.{load_mode?}.bulk_group.{hint?}",
+     "tensor:M src:A policy?:R:b64", section="9.7.9.25.5.2", ptx=(8, 0), dim=DIMS,
+     op=("add", "min", "max", "inc", "dec", "and", "or", "xor"), load_mode=("tile", "im2col_no_offs"),
+     hint=("L2::cache_hint",), check=_check_tensor)
+spec("cp.async.bulk.prefetch.tensor", "cp.async.bulk.prefetch.tensor.{dim}.L2.global.{load_mode?}.{hint?}",
+     "tensor:M policy?:R:b64", section="9.7.9.25.5.3", ptx=(8, 0), dim=DIMS, load_mode=("tile", "im2col"),
+     hint=("L2::cache_hint",), check=_check_tensor)
+spec("cp.async.bulk.commit_group", "cp.async.bulk.commit_group", section="9.7.9.25.6.1", ptx=(8, 0))
+spec("cp.async.bulk.wait_group", "cp.async.bulk.wait_group.{read?}", "n:I:u32", section="9.7.9.25.6.2", ptx=(8, 0))
+
+# 9.7.12.14 multimem (NVLink SHARP through a multicast address)
+_MM = dict(scope=SCOPES, space=("global",), vec=("v2", "v4", "v8"),
+           T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "f16x2", "bf16", "bf16x2"))
+spec("multimem.ld_reduce", "multimem.ld_reduce.{sem?}.{scope?}.{space?}.{op}.{acc?}.{vec?}.{T0}",
+     ">d:RV:T0 addr:A", section="9.7.12.14", ptx=(8, 1), sem=("weak", "relaxed", "acquire"),
+     op=("min", "max", "add", "and", "or", "xor"), acc=("acc::f32",), check=_check_multimem, **_MM)
+spec("multimem.st", "multimem.st.{sem?}.{scope?}.{space?}.{vec?}.{T0}", "addr:A b:RV:T0", section="9.7.12.14",
+     ptx=(8, 1), sem=("weak", "relaxed", "release"), check=_check_multimem, **_MM)
+spec("multimem.red", "multimem.red.{sem?}.{scope?}.{space?}.{op}.{vec?}.{T0}", "addr:A b:RV:T0",
+     section="9.7.12.14", ptx=(8, 1), sem=("relaxed", "release"), op=("add", "min", "max", "and", "or", "xor",
+                                                                       "inc", "dec"),
+     check=_check_multimem, **_MM)
+
+# 9.7.15 wgmma (sm_90a) and 9.7.19 setmaxnreg
+spec("wgmma.fence", "wgmma.fence.sync.aligned", section="9.7.15.5.1", ptx=(8, 0), target="sm_90a")
+spec("wgmma.commit_group", "wgmma.commit_group.sync.aligned", section="9.7.15.6.2", ptx=(8, 0), target="sm_90a")
+spec("wgmma.wait_group", "wgmma.wait_group.sync.aligned", "n:I:u32", section="9.7.15.6.3", ptx=(8, 0),
+     target="sm_90a")
+_WG = dict(shape=tuple(f"m64n{n}k{k}" for k in (8, 16, 32) for n in range(8, 257, 8)),
+           T0=("f32", "f16", "s32"), T1=("f16", "bf16", "tf32", "e4m3", "e5m2"),
+           T2=("f16", "bf16", "tf32", "e4m3", "e5m2"))
+spec("wgmma.mma_async.ss", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
+     ">d:V:T0 a:R:b64 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
+     ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=False), **_WG)
+spec("wgmma.mma_async.rs", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
+     ">d:V:T0 a:V:b32 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 tb?:I:s32", section="9.7.15.5.2",
+     ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=True), **_WG)
+spec("setmaxnreg", "setmaxnreg.{action}.sync.aligned.u32", "n:I:u32", section="9.7.19.1", ptx=(8, 0),
+     target="sm_90a", action=("inc", "dec"), check=_check_setmaxnreg)
+
+# 9.7.13 Control flow and miscellaneous
+spec("bra", "bra.{uni?}", "target:L", section="9.7.13.4")
+spec("ret", "ret.{uni?}", section="9.7.13.7")
+spec("exit", "exit", section="9.7.13.8")
+spec("trap", "trap", section="9.7.18.2")
+spec("brkpt", "brkpt", section="9.7.18.3")
+spec("nanosleep", "nanosleep.u32", "t:RI:u32", section="9.7.18.4", ptx=(6, 3))
+spec("pmevent", "pmevent", "n:I:u32", section="9.7.18.5")

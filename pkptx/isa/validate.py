@@ -1,0 +1,198 @@
+"""Check one instruction against its spec row and render it, or raise :class:`PTXBuildError`.
+
+Messages give the instruction chain, the bad part, the legal options and (via the builder) the
+user's source line.
+"""
+from __future__ import annotations
+
+import difflib
+
+from ..errors import PTXBuildError
+from .spec import SPECS, Spec
+from .types import PtxType, compatible, pred, ptx_type
+from .values import Addr, Imm, NotPred, Pipe, Reg, Sink, Special, Symbol, TensorRef, Vec, Label
+
+_KIND = {Reg: "R", NotPred: "R", Imm: "I", Addr: "A", Vec: "V", Special: "S", Symbol: "Y", Label: "L",
+         TensorRef: "M", Pipe: "K", Sink: "N"}
+_KIND_NAMES = {"R": "register", "I": "immediate", "A": "address [..]", "V": "brace vector {..}",
+               "S": "special register", "Y": "symbol", "L": "label", "M": "tensor reference [tmap, {..}]",
+               "K": "pipe pair d|p", "N": "sink _"}
+
+
+def lookup(key: str) -> Spec:
+    try:
+        return SPECS[key]
+    except KeyError:
+        close = difflib.get_close_matches(key, SPECS, n=4)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise PTXBuildError(f"unknown instruction {key!r}{hint}") from None
+
+
+def _chain(spec: Spec, mods: dict, types: tuple) -> str:
+    try:
+        return spec.render_stem(mods, tuple(types) + ("?",) * (len(spec.types) - len(types)))
+    except (IndexError, TypeError):
+        return spec.key
+
+
+def _slot_type(spec, types, rule: str) -> PtxType | None:
+    if rule == "any":
+        return None
+    if rule.startswith("T") and rule[1:2].isdigit():
+        return ptx_type(types[int(rule[1])])
+    return ptx_type(rule)
+
+
+def _check_typed(value, rule: str, spec, mods, types) -> str | None:
+    """Whether one register/immediate/special fits the operand's type rule."""
+    slot = _slot_type(spec, types, rule)
+    if slot is None:
+        return None
+    if isinstance(value, Sink):
+        return None
+    if isinstance(value, Imm):
+        if isinstance(value.value, float) and not slot.is_float:
+            return f"float immediate {value.value} where .{slot} is expected"
+        if slot is pred and value.value not in (0, 1):
+            return f"predicate immediate must be 0 or 1, got {value.value}"
+        return None
+    ty = value.type
+    if rule.endswith("x2") and mods.get("mode") == "wide":
+        want = 2 * slot.bits
+        return None if ty.bits == want and ty.kind != "pred" else \
+            f"a .wide result needs a {want}-bit register, got .{ty}"
+    if rule.endswith("w"):
+        if slot.bits < 32 and slot.kind in ("b", "u", "s") and ty.kind in ("b", "u", "s"):
+            return None if ty.bits >= slot.bits else f"register .{ty} is narrower than .{slot}"
+        if slot.kind == "f" and slot.bits == 16 and ty.bits == 16 and ty.kind in ("b", "f"):
+            return None
+        if slot.kind == "f" and slot.bits == 8 and ty.kind == "b":
+            return None
+    if compatible(slot, ty):
+        return None
+    return f"register {value.render()} is .{ty} but the operand needs .{slot} (or a compatible type)"
+
+
+def _flatten(value):
+    """Registers and immediates inside an operand, for type checks and def/use tracking."""
+    if isinstance(value, Vec):
+        return list(value.items)
+    if isinstance(value, Pipe):
+        return [value.first, value.second]
+    return [value]
+
+
+def _regs_read(value) -> list[Reg]:
+    if isinstance(value, Reg):
+        return [value]
+    if isinstance(value, NotPred):
+        return [value.reg]
+    if isinstance(value, Addr):
+        return [value.base] if isinstance(value.base, Reg) else []
+    if isinstance(value, Vec):
+        return [r for item in value.items for r in _regs_read(item)]
+    if isinstance(value, TensorRef):
+        regs = [value.tmap] if isinstance(value.tmap, Reg) else []
+        return regs + [c for c in value.coords if isinstance(c, Reg)]
+    return []
+
+
+def _check_operand(value, op, spec, mods, types) -> str | None:
+    kind = _KIND.get(type(value))
+    if kind is None or kind not in op.kinds:
+        legal = " or ".join(_KIND_NAMES[k] for k in op.kinds)
+        return f"operand '{op.name}' must be a {legal}, got {type(value).__name__} {value!r}"
+    if kind == "A":
+        base = value.base
+        if isinstance(base, Reg) and (base.type.bits not in (32, 64) or base.type.is_float):
+            return f"address base {base.name} must be a 32- or 64-bit integer register, not .{base.type}"
+        return None
+    if kind == "M":
+        tmap = value.tmap
+        if isinstance(tmap, Reg) and tmap.type.bits != 64:
+            return f"tensor-map address {tmap.name} must be 64-bit"
+        for c in value.coords:
+            if not isinstance(c, (Reg, Imm)) or (isinstance(c, Reg) and c.type.bits != 32):
+                return f"tensor coordinates must be 32-bit registers or immediates, got {c!r}"
+        return None
+    if kind in ("L", "Y"):
+        return None
+    if kind == "K":
+        if value.second.type is not pred:
+            return "the second half of d|p must be a predicate"
+        return None
+    for item in _flatten(value):
+        if isinstance(item, (Reg, NotPred, Imm, Special, Sink)):
+            err = _check_typed(item, op.rule, spec, mods, types)
+            if err:
+                return f"operand '{op.name}': {err}"
+        else:
+            return f"operand '{op.name}': {item!r} cannot appear inside a vector"
+    return None
+
+
+def validate(spec: Spec, mods: dict, types: tuple, operands: list):
+    """Return (mnemonic, rendered operands, registers written, registers read, PTX version needed)."""
+    chain = _chain(spec, mods, types)
+    for name, value in mods.items():
+        if name not in spec.groups:
+            legal = ", ".join(spec.groups) or "none"
+            raise PTXBuildError(f"{chain}: no modifier group '{name}' (legal groups: {legal})")
+        if value not in spec.groups[name]:
+            opts = " ".join("." + o for o in spec.groups[name])
+            raise PTXBuildError(f"{chain}: '.{value}' is not a legal {name}; legal: {opts}")
+    missing = [g for g in spec.required if not mods.get(g)]
+    if missing:
+        opts = "; ".join(f"{g}: " + " ".join("." + o for o in spec.groups[g]) for g in missing)
+        raise PTXBuildError(f"{chain}: missing required modifier(s) {', '.join(missing)} ({opts})")
+    if len(types) != len(spec.types):
+        raise PTXBuildError(f"{spec.key}: takes {len(spec.types)} type suffix(es), got {len(types)}: {types}")
+    for i, ty in enumerate(types):
+        if ty not in spec.types[i]:
+            raise PTXBuildError(f"{chain}: type .{ty} is not legal here; legal: "
+                                + " ".join("." + t for t in spec.types[i]))
+    required = [op for op in spec.operands if not op.optional]
+    if not len(required) <= len(operands) <= len(spec.operands):
+        sig = ", ".join(op.name + ("?" if op.optional else "") for op in spec.operands)
+        raise PTXBuildError(f"{chain}: takes operands ({sig}), got {len(operands)}")
+    named = {}
+    for value, op in zip(operands, spec.operands):
+        if value is None:
+            if not op.optional:
+                raise PTXBuildError(f"{chain}: operand '{op.name}' is required")
+            continue
+        err = _check_operand(value, op, spec, mods, types)
+        if err:
+            raise PTXBuildError(f"{chain}: {err}")
+        named[op.name] = value
+    if spec.check:
+        err = spec.check(mods, types, named)
+        if err:
+            raise PTXBuildError(f"{chain}: {err}")
+    rendered, defs, uses = [], [], []
+    for value, op in zip(operands, spec.operands):
+        if value is None:
+            continue
+        rendered.append(_render(value, op, spec, types))
+        if op.dest:
+            defs += [r for r in _flatten(value) if isinstance(r, Reg)]
+        else:
+            uses += _regs_read(value)
+    version = spec.min_ptx
+    for trigger, need in spec.version_rules:
+        if trigger in types or trigger in mods.values():
+            version = max(version, need)
+    return chain, tuple(rendered), defs, uses, version
+
+
+def _render(value, op, spec, types) -> str:
+    slot = None
+    if op.rule.startswith("T") and op.rule[1:2].isdigit():
+        slot = ptx_type(types[int(op.rule[1])])
+    elif op.rule not in ("any",):
+        slot = ptx_type(op.rule)
+    if isinstance(value, Imm):
+        return value.render(slot)
+    if isinstance(value, Vec):
+        return "{" + ", ".join(x.render(slot) if isinstance(x, Imm) else x.render() for x in value.items) + "}"
+    return value.render()

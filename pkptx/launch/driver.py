@@ -1,0 +1,76 @@
+"""The one place where CUDA driver results become values or :class:`CudaError`.
+
+Every driver call in pkptx goes through :func:`call`, so no return code is ever dropped.
+"""
+from __future__ import annotations
+
+import threading
+
+from ..errors import CudaError
+
+_HINTS = {
+    "CUDA_ERROR_NO_DEVICE": "no GPU is visible; GPU work needs a machine with one (check CUDA_VISIBLE_DEVICES)",
+    "CUDA_ERROR_NOT_INITIALIZED": "cuInit was not called; use pkptx.launch.Device(...) first",
+    "CUDA_ERROR_INVALID_PTX": "the PTX uses a .version above what this driver JITs; pkptx loads cubins to avoid this",
+    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION": "the driver is older than the PTX ISA version; emit .version <= 9.0",
+    "CUDA_ERROR_NO_BINARY_FOR_GPU": "the cubin was assembled for another architecture than this GPU",
+    "CUDA_ERROR_OUT_OF_MEMORY": "the device is out of memory; free arrays or allocate less",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "a kernel accessed memory it does not own; the context is now unusable",
+    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES": "too many registers or threads per block for this kernel",
+    "CUDA_ERROR_INVALID_VALUE": "an argument to the driver call is out of range",
+    "CUDA_ERROR_NOT_SUPPORTED": "the device or driver lacks this feature",
+}
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def driver():
+    """The ``cuda.bindings.driver`` module, imported lazily so CPU-only code never needs it."""
+    from cuda.bindings import driver as cu
+
+    return cu
+
+
+def _error_text(cu, code) -> tuple[str, str]:
+    err_name, name = cu.cuGetErrorName(code)
+    err_desc, desc = cu.cuGetErrorString(code)
+    name = name.decode() if err_name == cu.CUresult.CUDA_SUCCESS and name else str(code)
+    desc = desc.decode() if err_desc == cu.CUresult.CUDA_SUCCESS and desc else "no description"
+    return name, desc
+
+
+def check(result, call: str = "CUDA driver call"):
+    """Turn a cuda.bindings result tuple ``(CUresult, *values)`` into its values.
+
+    Returns ``None`` for no values, the value itself for one, a tuple for several.
+    Raises :class:`CudaError` naming ``call`` for any other result than CUDA_SUCCESS.
+    """
+    cu = driver()
+    if isinstance(result, tuple):
+        code, values = result[0], result[1:]
+    else:
+        code, values = result, ()
+    if code != cu.CUresult.CUDA_SUCCESS:
+        name, desc = _error_text(cu, code)
+        raise CudaError(call, int(code), name, desc, _HINTS.get(name, ""))
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def call(fn_name: str, *args):
+    """Call ``cuda.bindings.driver.<fn_name>(*args)`` and check its result."""
+    ensure_init()
+    return check(getattr(driver(), fn_name)(*args), fn_name)
+
+
+def ensure_init() -> None:
+    """cuInit(0), once per process."""
+    global _initialised
+    if _initialised:
+        return
+    with _init_lock:
+        if not _initialised:
+            check(driver().cuInit(0), "cuInit")
+            _initialised = True

@@ -1,0 +1,216 @@
+"""PTX -> cubin through nvJitLink (no GPU, no driver), with an on-disk cache.
+
+The cache key is the PTX text, the architecture, the options and the nvJitLink version; entries are
+written to a temporary name and renamed into place, so several MPI ranks compiling the same kernel at
+once never see a half-written file. ``PKPTX_CACHE_DIR`` moves the cache; ``PKPTX_CACHE=0`` disables it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import AssemblyError
+
+CACHE_FORMAT = 1
+_LINE_RE = re.compile(r"line (\d+)")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What ptxas reports for one entry (``-v``)."""
+    registers: int = 0
+    shared_bytes: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack_bytes: int = 0
+    barriers: int = 0
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+
+@dataclass(frozen=True)
+class Cubin:
+    data: bytes
+    arch: str
+    resources: Resources
+    log: str
+    key: str
+    from_cache: bool = False
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = field(default=())
+
+
+def nvjitlink_version() -> str:
+    from cuda.bindings import nvjitlink
+    major, minor = nvjitlink.version()
+    return f"{major}.{minor}"
+
+
+def cache_dir() -> Path | None:
+    if os.environ.get("PKPTX_CACHE", "1") == "0":
+        return None
+    root = os.environ.get("PKPTX_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pkptx")
+    return Path(root)
+
+
+def parse_resources(log: str) -> Resources:
+    """Read the ``ptxas info`` lines of an nvJitLink info log."""
+    def grab(pattern: str) -> int:
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else 0
+    return Resources(
+        registers=grab(r"Used (\d+) registers"),
+        shared_bytes=grab(r"(\d+) bytes smem"),
+        spill_stores=grab(r"(\d+) bytes spill stores"),
+        spill_loads=grab(r"(\d+) bytes spill loads"),
+        stack_bytes=grab(r"(\d+) bytes stack frame"),
+        barriers=grab(r"used (\d+) barriers"),
+    )
+
+
+def _link(ptx: bytes, options: list[str], origins: dict[int, str] | None) -> tuple[bytes, str]:
+    from cuda.bindings import nvjitlink
+    handle = nvjitlink.create(len(options), options)
+    try:
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, ptx, len(ptx), "pkptx.ptx")
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            size = nvjitlink.get_error_log_size(handle)
+            buf = bytearray(size)
+            if size:
+                nvjitlink.get_error_log(handle, buf)
+            raise _assembly_error(buf.decode(errors="replace").rstrip("\x00"), origins, ptx) from exc
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+        size = nvjitlink.get_info_log_size(handle)
+        info = bytearray(size)
+        if size:
+            nvjitlink.get_info_log(handle, info)
+        return bytes(cubin), info.decode(errors="replace").rstrip("\x00")
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _assembly_error(log: str, origins: dict[int, str] | None, ptx: bytes) -> AssemblyError:
+    lines = ptx.decode(errors="replace").splitlines()
+    where = []
+    for m in _LINE_RE.finditer(log):
+        n = int(m.group(1))
+        src = lines[n - 1].strip() if 0 < n <= len(lines) else "?"
+        py = (origins or {}).get(n)
+        where.append(f"  PTX line {n}: {src}" + (f"\n    emitted at {py}" if py else ""))
+    msg = "ptxas rejected the PTX:\n" + log.strip()
+    if where:
+        msg += "\n" + "\n".join(dict.fromkeys(where))
+    return AssemblyError(msg, log, {int(m.group(1)): (origins or {}).get(int(m.group(1)), "")
+                                   for m in _LINE_RE.finditer(log)})
+
+
+def _key(ptx: bytes, arch: str, options: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in (str(CACHE_FORMAT), nvjitlink_version(), arch, "\0".join(options)):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(ptx)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def assemble(ptx: str | bytes, arch: str = "sm_90a", *, options: tuple[str, ...] = (),
+             origins: dict[int, str] | None = None, use_cache: bool = True) -> Cubin:
+    """Assemble ``ptx`` for ``arch`` and return the cubin with its resource report.
+
+    ``origins`` maps PTX line numbers to ``file:line`` of the Python that emitted them, so an
+    :class:`AssemblyError` can point at the user's code.
+    """
+    t0 = time.perf_counter()
+    data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+    opts = [f"-arch={arch}", "-Xptxas=-v", *options]
+    key = _key(data, arch, opts)
+    root = cache_dir() if use_cache else None
+    if root is not None:
+        bin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
+        try:
+            meta = json.loads(meta_path.read_text())
+            cubin = bin_path.read_bytes()
+            if hashlib.sha256(cubin).hexdigest() == meta["cubin_sha256"]:
+                return Cubin(cubin, arch, Resources(**meta["resources"]), meta["log"], key, True,
+                             time.perf_counter() - t0, tuple(meta.get("warnings", ())))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    cubin, log = _link(data, opts, origins)
+    resources = parse_resources(log)
+    warnings = tuple(line.strip() for line in log.splitlines() if "warning" in line.lower()
+                     or "Performance Loss" in line)
+    if root is not None:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            _write_atomic(root / f"{key}.cubin", cubin)
+            meta = {"cubin_sha256": hashlib.sha256(cubin).hexdigest(), "resources": asdict(resources),
+                    "log": log, "arch": arch, "warnings": list(warnings)}
+            _write_atomic(root / f"{key}.json", json.dumps(meta).encode())
+        except OSError:
+            pass   # a read-only or full cache never stops a build
+    return Cubin(cubin, arch, resources, log, key, False, time.perf_counter() - t0, warnings)
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A kernel ready to load: its cubin plus everything a launcher needs to know about it.
+
+    ``block`` is the required or maximum block shape the kernel declares (or None), ``cluster`` its
+    required cluster shape, ``dynamic_smem`` the dynamic shared memory in bytes it needs by default.
+    """
+    entry: str
+    params: tuple
+    ptx: str
+    cubin: Cubin
+    arch: str
+    block: tuple[int, int, int] | None = None
+    block_exact: bool = False
+    cluster: tuple[int, int, int] | None = None
+    dynamic_smem: int = 0
+    ptx_version: tuple[int, int] = (8, 0)
+
+    @property
+    def resources(self) -> Resources:
+        return self.cubin.resources
+
+    def manifest(self) -> dict:
+        """A JSON-ready description, so another runtime can load and launch the cubin without pkptx."""
+        return {
+            "entry": self.entry,
+            "arch": self.arch,
+            "ptx_version": ".".join(map(str, self.ptx_version)),
+            "params": [{"name": p.name, "type": p.type.name, "count": p.count, "size": p.size,
+                        "align": p.alignment, "pointer": p.pointer} for p in self.params],
+            "block": list(self.block) if self.block else None,
+            "block_exact": self.block_exact,
+            "cluster": list(self.cluster) if self.cluster else None,
+            "dynamic_smem_bytes": self.dynamic_smem,
+            "static_smem_bytes": self.resources.shared_bytes,
+            "registers": self.resources.registers,
+            "spill_bytes": self.resources.spills,
+        }
