@@ -63,12 +63,13 @@ def cache_dir() -> Path | None:
 
 
 def parse_resources(log: str) -> Resources:
-    """Read the ``ptxas info`` lines of an nvJitLink info log."""
+    """Read an nvJitLink info log: ptxas' ``-v`` lines (spills, stack) and the linker's final
+    ``Function properties`` line (registers, barriers, shared memory after linking)."""
     def grab(pattern: str) -> int:
-        m = re.search(pattern, log)
-        return int(m.group(1)) if m else 0
+        found = re.findall(pattern, log, flags=re.IGNORECASE)
+        return int(found[-1]) if found else 0
     return Resources(
-        registers=grab(r"Used (\d+) registers"),
+        registers=grab(r"used (\d+) registers"),
         shared_bytes=grab(r"(\d+) bytes smem"),
         spill_stores=grab(r"(\d+) bytes spill stores"),
         spill_loads=grab(r"(\d+) bytes spill loads"),
@@ -147,7 +148,7 @@ def assemble(ptx: str | bytes, arch: str = "sm_90a", *, options: tuple[str, ...]
     """
     t0 = time.perf_counter()
     data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
-    opts = [f"-arch={arch}", "-Xptxas=-v", *options]
+    opts = [f"-arch={arch}", "-verbose", "-Xptxas=-v", *options]
     key = _key(data, arch, opts)
     root = cache_dir() if use_cache else None
     if root is not None:
@@ -214,3 +215,68 @@ class CompiledKernel:
             "registers": self.resources.registers,
             "spill_bytes": self.resources.spills,
         }
+
+
+_SOURCE_DIGEST: str | None = None
+
+
+def source_digest() -> str:
+    """A hash of pkptx's own source, so cached kernel builds are dropped when the code changes."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        h = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+        _SOURCE_DIGEST = h.hexdigest()
+    return _SOURCE_DIGEST
+
+
+def build_cached(factory, *args, **kwargs) -> CompiledKernel:
+    """``factory(*args, **kwargs).compile()``, skipping both the Python build and the assembler when the
+    same factory and arguments were built before by the same pkptx source (arguments must have a
+    deterministic ``repr``, as frozen dataclass Configs do)."""
+    from .isa.values import Param
+    root = cache_dir()
+    if root is None:
+        return factory(*args, **kwargs).compile()
+    t0 = time.perf_counter()
+    ident = f"{factory.__module__}.{factory.__qualname__}({args!r}, {sorted(kwargs.items())!r})"
+    key = hashlib.sha256(f"{CACHE_FORMAT}\0{nvjitlink_version()}\0{source_digest()}\0{ident}".encode()).hexdigest()
+    meta_path = root / f"build-{key}.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        cubin = (root / f"{meta['cubin_key']}.cubin").read_bytes()
+        if hashlib.sha256(cubin).hexdigest() == meta["cubin_sha256"]:
+            params = tuple(Param(p["name"], p["type"], p["count"], p["align"], p["pointer"])
+                           for p in meta["params"])
+            blob = Cubin(cubin, meta["arch"], Resources(**meta["resources"]), meta["log"], meta["cubin_key"],
+                         True, time.perf_counter() - t0, tuple(meta["warnings"]))
+            return CompiledKernel(meta["entry"], params, meta["ptx"], blob, meta["arch"], _tuple(meta["block"]),
+                                  meta["block_exact"], _tuple(meta["cluster"]), meta["dynamic_smem"],
+                                  tuple(meta["ptx_version"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    compiled = factory(*args, **kwargs).compile()
+    meta = {
+        "entry": compiled.entry, "arch": compiled.arch, "ptx": compiled.ptx, "cubin_key": compiled.cubin.key,
+        "cubin_sha256": hashlib.sha256(compiled.cubin.data).hexdigest(), "log": compiled.cubin.log,
+        "resources": asdict(compiled.resources), "warnings": list(compiled.cubin.warnings),
+        "params": [{"name": p.name, "type": p.type.name, "count": p.count, "align": p.align,
+                    "pointer": p.pointer} for p in compiled.params],
+        "block": compiled.block, "block_exact": compiled.block_exact, "cluster": compiled.cluster,
+        "dynamic_smem": compiled.dynamic_smem, "ptx_version": compiled.ptx_version,
+    }
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / f"{compiled.cubin.key}.cubin").exists():
+            _write_atomic(root / f"{compiled.cubin.key}.cubin", compiled.cubin.data)
+        _write_atomic(meta_path, json.dumps(meta).encode())
+    except OSError:
+        pass
+    return compiled
+
+
+def _tuple(value):
+    return tuple(value) if value is not None else None

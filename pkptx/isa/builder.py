@@ -31,6 +31,12 @@ def as_operand(value):
     return value
 
 
+def _flag(spec, group: str) -> str:
+    """``group=True`` selects a flag group's only option (``hint=True`` -> ``L2::cache_hint``)."""
+    options = spec.groups.get(group, ())
+    return options[0] if len(options) == 1 else group
+
+
 def negate(cond):
     if isinstance(cond, NotPred):
         return cond.reg
@@ -102,7 +108,8 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
         None and False mean absent.
         """
         spec = lookup(key)
-        mods = {k: (k if v is True else spell(v)) for k, v in mods.items() if v not in (None, False, "")}
+        mods = {k: (_flag(spec, k) if v is True else spell(v)) for k, v in mods.items()
+                if v is not None and v is not False and v != ""}
         types = tuple(ptx_type(t).name for t in types)
         ops = [None if v is None else as_operand(v) for v in operands]
         while ops and ops[-1] is None:

@@ -39,7 +39,7 @@ def capture_origin() -> Origin | None:
             if absname.startswith(_ISA_DIR + os.sep):
                 continue
             site = (filename, lineno, frame.f_code.co_name)
-        if not absname.startswith(_PKG_DIR + os.sep):
+        if not absname.startswith(_PKG_DIR + os.sep) and not filename.startswith("<frozen"):
             user = (filename, lineno, frame.f_code.co_name)
             break
     if site is None:

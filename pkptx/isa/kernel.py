@@ -49,6 +49,7 @@ class Kernel:
         self.min_blocks, self.max_regs, self.dynamic_smem = min_blocks, max_regs, dynamic_smem
         self.names = NameScope()
         self.body: list[Instruction] = []
+        self._instructions = 0
         self._regs: dict[str, Reg] = {}
         self._defined: set[str] = set()
         self._labels_placed: dict[str, object] = {}
@@ -96,6 +97,8 @@ class Kernel:
 
     def append(self, ins: Instruction) -> None:
         self.body.append(ins)
+        if ins.kind in ("ins", "raw"):
+            self._instructions += 1
 
     def require(self, spec, version, text: str) -> None:
         if spec.target == "sm_90a":
@@ -213,7 +216,7 @@ class Kernel:
 
     @property
     def instruction_count(self) -> int:
-        return sum(1 for ins in self.body if ins.kind in ("ins", "raw"))
+        return self._instructions
 
 
 def _dims(value, what):

@@ -6,17 +6,16 @@ from __future__ import annotations
 from ..errors import PTXBuildError
 from .ops_data import address
 from .types import ptx_type
-from .values import Imm, Param, Reg, Symbol, TensorRef, Vec
+from .values import Imm, Reg, TensorRef, Vec
 
 _VEC = {1: None, 2: "v2", 4: "v4", 8: "v8"}
 
 
 def tensor_ref(tmap, coords) -> TensorRef:
-    """``[tmap, {c0, ...}]`` from a 64-bit register, a .param symbol or a Param, and coordinates."""
-    if isinstance(tmap, Param):
-        tmap = tmap.symbol
-    if not isinstance(tmap, (Reg, Symbol)):
-        raise PTXBuildError(f"a tensor map must be a 64-bit register or a .param, got {tmap!r}")
+    """``[tmap, {c0, ...}]`` from a 64-bit register holding the tensor map's address and coordinates."""
+    if not isinstance(tmap, Reg):
+        raise PTXBuildError(f"a tensor map must be a 64-bit register with its address (b.param_address(...)), "
+                            f"got {tmap!r}")
     coords = tuple(Imm(c) if isinstance(c, int) else c for c in coords)
     return TensorRef(tmap, coords)
 

@@ -50,6 +50,11 @@ class DataOps:
                                 f"b.mov(u64, kernel.param('{p.name}').symbol) or use it as a tensor map")
         return self.ld(p.type, address(p), space="param", name=name or p.name)
 
+    def param_address(self, param, *, name=None) -> Reg:
+        """``mov.u64 d, param``: the address of a by-value parameter such as a 128-byte tensor map."""
+        p = self.kernel.param(param) if isinstance(param, str) else param
+        return self.mov(u64, p.symbol, name=name or f"{p.name}_addr")
+
     def cvt(self, dst_ty, src_ty, a, b=None, *, rnd=None, ftz=False, sat=False, relu=False,
             satfinite=False, into=None, name=None, pred=None) -> Reg:
         """``cvt{.rnd}{.ftz}{.sat}.<dst>.<src> d, a{, b}`` (two sources pack into .f16x2/.bf16x2)."""

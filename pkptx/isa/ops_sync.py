@@ -169,8 +169,8 @@ class SyncOps:
                            space="shared::cta", name=None):
         """``mbarrier.test_wait{.parity}{.sem.scope}.<space>.b64 p, [addr], state``: non-blocking test."""
         p = self.reg(PRED, name or "mbdone")
-        self.emit("mbarrier.test_wait", p, address(addr), state_or_parity, parity=parity, sem=sem,
-                  scope=scope, space=space)
+        self.emit("mbarrier.test_wait.parity" if parity else "mbarrier.test_wait", p, address(addr),
+                  state_or_parity, sem=sem, scope=scope, space=space)
         return p
 
     def mbarrier_try_wait(self, addr, state_or_parity, *, parity: bool, sem=None, scope=None,
@@ -178,8 +178,8 @@ class SyncOps:
         """``mbarrier.try_wait{.parity}{.sem.scope}.<space>.b64 p, [addr], state{, hint}``: waits a
         bounded, hardware-chosen time; p says whether the phase completed."""
         p = self.reg(PRED, name or "mbdone")
-        self.emit("mbarrier.try_wait", p, address(addr), state_or_parity, suspend_hint, parity=parity,
-                  sem=sem, scope=scope, space=space)
+        self.emit("mbarrier.try_wait.parity" if parity else "mbarrier.try_wait", p, address(addr),
+                  state_or_parity, suspend_hint, sem=sem, scope=scope, space=space)
         return p
 
     def mbarrier_pending_count(self, state, *, name=None):

@@ -115,6 +115,10 @@ def spec(key: str, pattern: str, ops: str = "", *, section: str, ptx=(7, 8), tar
 
 
 # ----------------------------------------------------------------------------- checks
+def _is_bits(ty: str) -> bool:
+    return ty in ("b8", "b16", "b32", "b64", "b128")
+
+
 # Each check gets (mods, types, operands) and returns an error text or None.
 
 def _scope_with_sem(mods, *_):
@@ -254,7 +258,7 @@ def _check_setp(mods, types, ops):
         return f"'.{cmp}' compares unsigned integers; .{ty} needs one of .lt .le .gt .ge"
     if cmp in unordered and not is_float:
         return f"'.{cmp}' is a floating-point comparison, not legal on .{ty}"
-    if cmp in ("lt", "le", "gt", "ge") and ty.startswith("b"):
+    if cmp in ("lt", "le", "gt", "ge") and _is_bits(ty):
         return f"ordered comparison '.{cmp}' is not defined on bit type .{ty}; use .u or .s"
     if mods.get("ftz") and ty != "f32":
         return "'.ftz' is only legal on .f32"
@@ -268,19 +272,19 @@ def _check_atom(mods, types, ops):
     if err:
         return err
     op, ty = mods["op"], types[0]
-    if op in ("and", "or", "xor") and not ty.startswith("b"):
+    if op in ("and", "or", "xor") and not _is_bits(ty):
         return f"atom/red '.{op}' needs a bit type (.b32/.b64), not .{ty}"
     if op in ("inc", "dec") and ty != "u32":
         return f"atom/red '.{op}' is only defined on .u32"
-    if op in ("min", "max") and ty.startswith("b"):
+    if op in ("min", "max") and _is_bits(ty):
         return f"atom/red '.{op}' needs .u/.s/.f types, not .{ty}"
-    if op == "add" and ty.startswith("b"):
+    if op == "add" and _is_bits(ty):
         return f"atom/red '.add' needs .u/.s/.f types, not .{ty}"
-    if op == "cas" and not ty.startswith("b"):
+    if op == "cas" and not _is_bits(ty):
         return f"atom '.cas' needs a bit type, not .{ty}"
     if (op == "cas") != (ops.get("c") is not None):
         return "atom.cas takes a compare and a swap value; other ops take one value"
-    if op == "exch" and not ty.startswith("b"):
+    if op == "exch" and not _is_bits(ty):
         return f"atom '.exch' needs a bit type, not .{ty}"
     if ty in ("f16", "bf16", "f16x2", "bf16x2") and not (op == "add" and mods.get("noftz")):
         return f"16-bit float atom/red is only .add.noftz, got .{op}"
@@ -322,9 +326,9 @@ def _check_multimem(mods, types, ops):
         return f"'.acc::f32' is only legal with 16-bit float types, not .{ty}"
     if mods.get("acc") and op != "add":
         return "'.acc::f32' is only legal with .add"
-    if op in ("and", "or", "xor") and not ty.startswith("b"):
+    if op in ("and", "or", "xor") and not _is_bits(ty):
         return f"multimem '.{op}' needs .b32/.b64, not .{ty}"
-    if op in ("add", "min", "max", "inc", "dec") and ty.startswith("b"):
+    if op in ("add", "min", "max", "inc", "dec") and _is_bits(ty):
         return f"multimem '.{op}' needs .u/.s/.f types, not .{ty}"
     if mods.get("vec") and ty not in ("f32",) + HALF:
         return f"vector multimem forms exist only for .f32 and 16-bit float types, not .{ty}"
@@ -554,12 +558,13 @@ spec("mbarrier.expect_tx", "mbarrier.expect_tx.{sem?}.{scope?}.{space?}.b64", "a
      section="9.7.12.15.11", ptx=(8, 0), check=_check_mbar_sem, **_MB)
 spec("mbarrier.complete_tx", "mbarrier.complete_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
      section="9.7.12.15.12", ptx=(8, 0), check=_check_mbar_sem, **_MB)
-spec("mbarrier.test_wait", "mbarrier.test_wait.{parity?}.{sem?}.{scope?}.{space?}.b64",
-     ">p:R:pred addr:A state:RI:b64", section="9.7.12.15.16", ptx=(8, 0), parity=("parity",),
-     check=_check_mbar_sem, **_MB)
-spec("mbarrier.try_wait", "mbarrier.try_wait.{parity?}.{sem?}.{scope?}.{space?}.b64",
-     ">p:R:pred addr:A state:RI:b64 hint?:RI:u32", section="9.7.12.15.16", ptx=(8, 0), parity=("parity",),
-     check=_check_mbar_sem, **_MB)
+for _wait in ("test_wait", "try_wait"):
+    _hint = " hint?:RI:u32" if _wait == "try_wait" else ""
+    spec(f"mbarrier.{_wait}", f"mbarrier.{_wait}.{{sem?}}.{{scope?}}.{{space?}}.b64",
+         f">p:R:pred addr:A state:R:b64{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+    spec(f"mbarrier.{_wait}.parity", f"mbarrier.{_wait}.parity.{{sem?}}.{{scope?}}.{{space?}}.b64",
+         f">p:R:pred addr:A parity:RI:u32{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_check_mbar_sem,
+         **_MB)
 spec("mbarrier.pending_count", "mbarrier.pending_count.b64", ">d:R:u32 state:R:b64", section="9.7.12.15.17",
      ptx=(7, 0))
 
@@ -611,7 +616,8 @@ _MM = dict(scope=SCOPES, space=("global",), vec=("v2", "v4", "v8"),
            T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "f16x2", "bf16", "bf16x2"))
 spec("multimem.ld_reduce", "multimem.ld_reduce.{sem?}.{scope?}.{space?}.{op}.{acc?}.{vec?}.{T0}",
      ">d:RV:T0 addr:A", section="9.7.12.14", ptx=(8, 1), sem=("weak", "relaxed", "acquire"),
-     op=("min", "max", "add", "and", "or", "xor"), acc=("acc::f32",), check=_check_multimem, **_MM)
+     op=("min", "max", "add", "and", "or", "xor"), acc=("acc::f32",), check=_check_multimem,
+     versions=(("acc::f32", (8, 2)),), **_MM)
 spec("multimem.st", "multimem.st.{sem?}.{scope?}.{space?}.{vec?}.{T0}", "addr:A b:RV:T0", section="9.7.12.14",
      ptx=(8, 1), sem=("weak", "relaxed", "release"), check=_check_multimem, **_MM)
 spec("multimem.red", "multimem.red.{sem?}.{scope?}.{space?}.{op}.{vec?}.{T0}", "addr:A b:RV:T0",

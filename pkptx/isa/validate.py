@@ -109,8 +109,9 @@ def _check_operand(value, op, spec, mods, types) -> str | None:
         return None
     if kind == "M":
         tmap = value.tmap
-        if isinstance(tmap, Reg) and tmap.type.bits != 64:
-            return f"tensor-map address {tmap.name} must be 64-bit"
+        if not isinstance(tmap, Reg) or tmap.type.bits != 64:
+            return (f"the tensor map must be a 64-bit register holding its address (b.param_address(...)), "
+                    f"got {tmap!r}")
         for c in value.coords:
             if not isinstance(c, (Reg, Imm)) or (isinstance(c, Reg) and c.type.bits != 32):
                 return f"tensor coordinates must be 32-bit registers or immediates, got {c!r}"

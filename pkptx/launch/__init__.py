@@ -1,0 +1,35 @@
+"""Running pkptx kernels: devices, memory, launches, tensor maps, graphs, timing.
+
+The only pkptx package that talks to the CUDA driver (through :mod:`pkptx.launch.driver`).
+Importing it needs no GPU; the first call that does needs one.
+"""
+from .array import ArrayError, DeviceArray, as_dtype, device_pointer, empty, from_dlpack, from_numpy
+from .config import DeviceLimits, LaunchConfig
+from .device import Device, Event, Stream, synchronize
+from .dlpack import DLPackError
+from .graph import Capture, Graph, capture
+from .launch import Kernel, Packer, launch
+from .module import Function, get_function
+from .pool import CachingPool, DriverPool, default_pool, set_default_pool
+from .tensormap import TensorMap, TensorMapError, TiledSpec, describe_tiled
+from .timing import Timing, evict_l2, time_cuda
+
+__all__ = [
+    "ArrayError", "DeviceArray", "as_dtype", "device_pointer", "empty", "from_dlpack", "from_numpy",
+    "DeviceLimits", "LaunchConfig",
+    "Device", "Event", "Stream", "synchronize",
+    "DLPackError",
+    "Capture", "Graph", "capture",
+    "Kernel", "Packer", "launch",
+    "Function", "get_function",
+    "CachingPool", "DriverPool", "default_pool", "set_default_pool",
+    "TensorMap", "TensorMapError", "TiledSpec", "describe_tiled",
+    "Timing", "evict_l2", "time_cuda",
+]
+
+# --- multi-GPU names (World, SymmetricBuffer, ...) -------------------------------------------
+# Reserved for pkptx/launch/world.py and symmetric.py, added by their authors:
+#   from .world import World
+#   from .symmetric import SymmetricBuffer
+#   __all__ += ["World", "SymmetricBuffer"]
+# ----------------------------------------------------------------------------------------------

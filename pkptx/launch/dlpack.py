@@ -17,11 +17,8 @@ import numpy as np
 from ..errors import PkptxError
 
 KDL_CUDA = 2
-KDL_CUDA_HOST = 3
 KDL_CUDA_MANAGED = 13
 VERSION = (1, 0)
-FLAG_READ_ONLY = 1 << 0
-FLAG_IS_COPIED = 1 << 1
 
 NAME_LEGACY, USED_LEGACY = b"dltensor", b"used_dltensor"
 NAME_VERSIONED, USED_VERSIONED = b"dltensor_versioned", b"used_dltensor_versioned"
@@ -62,19 +59,17 @@ class DLManagedTensorVersioned(ctypes.Structure):
 
 
 # (DLDataTypeCode, bits) <-> numpy dtype; codes from dlpack.h (7-17 are DLPack 1.1's fp8/fp6/fp4).
-_INT, _UINT, _FLOAT, _BFLOAT, _COMPLEX, _BOOL = 0, 1, 2, 4, 5, 6
-_CODES: dict[np.dtype, tuple[int, int]] = {np.dtype(np.bool_): (_BOOL, 8)}
-for _k in (np.int8, np.int16, np.int32, np.int64):
-    _CODES[np.dtype(_k)] = (_INT, np.dtype(_k).itemsize * 8)
-for _k in (np.uint8, np.uint16, np.uint32, np.uint64):
-    _CODES[np.dtype(_k)] = (_UINT, np.dtype(_k).itemsize * 8)
-for _k in (np.float16, np.float32, np.float64):
-    _CODES[np.dtype(_k)] = (_FLOAT, np.dtype(_k).itemsize * 8)
-for _k in (np.complex64, np.complex128):
-    _CODES[np.dtype(_k)] = (_COMPLEX, np.dtype(_k).itemsize * 8)
-_CODES[np.dtype(ml_dtypes.bfloat16)] = (_BFLOAT, 16)
-_CODES[np.dtype(ml_dtypes.float8_e4m3fn)] = (10, 8)
-_CODES[np.dtype(ml_dtypes.float8_e5m2)] = (12, 8)
+def _code_table() -> dict[np.dtype, tuple[int, int]]:
+    kinds = {0: (np.int8, np.int16, np.int32, np.int64), 1: (np.uint8, np.uint16, np.uint32, np.uint64),
+             2: (np.float16, np.float32, np.float64), 5: (np.complex64, np.complex128), 6: (np.bool_,)}
+    table = {np.dtype(t): (code, np.dtype(t).itemsize * 8) for code, ts in kinds.items() for t in ts}
+    table[np.dtype(ml_dtypes.bfloat16)] = (4, 16)
+    table[np.dtype(ml_dtypes.float8_e4m3fn)] = (10, 8)
+    table[np.dtype(ml_dtypes.float8_e5m2)] = (12, 8)
+    return table
+
+
+_CODES = _code_table()
 _DTYPES = {v: k for k, v in _CODES.items()}
 
 
@@ -195,7 +190,8 @@ def consume(capsule, producer) -> tuple[int, tuple, tuple | None, np.dtype, int,
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
     ptr = (t.data or 0) + t.byte_offset
     _api.PyCapsule_SetName(capsule, used)
-    owner = Imported(address, managed.deleter if managed.deleter else None, producer)
+    fn = ctypes.cast(managed.deleter, ctypes.c_void_p).value   # copied: the struct dies with the deleter
+    owner = Imported(address, DELETER(fn) if fn else None, producer)
     return ptr, shape, strides, dtype, t.device.device_type, t.device.device_id, owner
 
 

@@ -1,0 +1,57 @@
+"""``python -m pkptx build [--out DIR] [--filter TEXT]``: build and assemble every kernel pkptx has."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def _build(args) -> int:
+    from .catalog import kernels
+    rows, manifests = [], []
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    header = f"{'kernel':<44} {'target':<7} {'regs':>4} {'smem':>7} {'spill':>5} {'ptx':>6} {'build ms':>9}"
+    print(header)
+    print("-" * len(header))
+    for kernel in kernels():
+        if args.filter and args.filter not in kernel.name:
+            continue
+        t0 = time.perf_counter()
+        compiled = kernel.compile(use_cache=not args.no_cache)
+        ms = (time.perf_counter() - t0) * 1e3
+        res = compiled.resources
+        ptx_lines = compiled.ptx.count("\n")
+        print(f"{kernel.name:<44} {compiled.arch:<7} {res.registers:>4} {res.shared_bytes:>7} "
+              f"{res.spills:>5} {ptx_lines:>6} {ms:>9.1f}")
+        rows.append(kernel.name)
+        if out:
+            (out / f"{kernel.name}.ptx").write_text(compiled.ptx)
+            (out / f"{kernel.name}.cubin").write_bytes(compiled.cubin.data)
+            manifest = compiled.manifest()
+            manifest.update(ptx=f"{kernel.name}.ptx", cubin=f"{kernel.name}.cubin")
+            (out / f"{kernel.name}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            manifests.append(manifest)
+    if out:
+        (out / "manifest.json").write_text(json.dumps({"kernels": manifests}, indent=2) + "\n")
+    print(f"{len(rows)} kernel(s) built" + (f"; PTX, cubins and manifests in {out}" if out else ""))
+    return 0 if rows else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pkptx", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build and assemble every kernel; print one line per kernel")
+    build.add_argument("--out", help="also write each kernel's PTX, cubin and JSON manifest here")
+    build.add_argument("--filter", help="only kernels whose name contains this text")
+    build.add_argument("--no-cache", action="store_true", help="assemble even when the cache has it")
+    build.set_defaults(run=_build)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

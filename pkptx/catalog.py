@@ -1,0 +1,17 @@
+"""Every kernel pkptx ships, at representative configurations, for ``python -m pkptx build``.
+
+Each module listed here has a ``catalog()`` returning built (not yet assembled) Kernel objects.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+
+KERNEL_MODULES = (
+    "pkptx.templates.kernels.copy",
+)
+
+
+def kernels():
+    """Yield every catalogued Kernel, module by module."""
+    for name in KERNEL_MODULES:
+        yield from import_module(name).catalog()

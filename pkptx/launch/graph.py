@@ -1,0 +1,77 @@
+"""CUDA graphs from stream capture: record a sequence of launches once, replay it for one launch's
+host cost.
+
+    with capture(stream) as cap:
+        k[grid, block](x, y, stream=stream)
+        k2[grid, block](y, stream=stream)
+    cap.graph.launch(stream)         # replays both
+
+Arguments are baked in at capture (the driver copies them), so replays reuse the same buffers.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ..errors import CudaError, LaunchError
+from .device import Stream, as_stream, release
+from .driver import call, driver
+
+_MODES = ("global", "thread_local", "relaxed")
+
+
+class Graph:
+    """An instantiated graph (``CUgraphExec``) and the graph it came from."""
+
+    def __init__(self, graph, executable):
+        self._graph, self._exec = graph, executable
+
+    def launch(self, stream=None) -> None:
+        call("cuGraphLaunch", self._exec, as_stream(stream).cu)
+
+    def replay(self, times: int, stream=None) -> None:
+        s = as_stream(stream).cu
+        for _ in range(times):
+            call("cuGraphLaunch", self._exec, s)
+
+    def __del__(self):
+        if getattr(self, "_exec", None) is not None:
+            executable, graph, self._exec, self._graph = self._exec, self._graph, None, None
+            release("cuGraphExecDestroy", executable)
+            release("cuGraphDestroy", graph)
+
+
+class Capture:
+    """Holds the :class:`Graph` once the ``with capture(...)`` block has ended without error."""
+    graph: Graph | None = None
+
+
+@contextmanager
+def capture(stream: Stream, mode: str = "thread_local"):
+    """Capture the work queued on ``stream`` inside the block into ``Capture.graph``.
+
+    ``mode`` is the driver's capture mode: "thread_local" forbids unsafe calls (such as a
+    synchronous cuMemAlloc) from this thread only, "global" from every thread, "relaxed" never.
+    """
+    s = as_stream(stream)
+    if s.handle in (0, 1, 2):
+        raise LaunchError(f"capture(stream={stream!r}): the default stream cannot be captured; expected a "
+                          "Stream() of your own")
+    if mode not in _MODES:
+        raise LaunchError(f"capture(mode={mode!r}): expected one of {', '.join(_MODES)}")
+    cu = driver()
+    call("cuStreamBeginCapture", s.cu, getattr(cu.CUstreamCaptureMode, f"CU_STREAM_CAPTURE_MODE_{mode.upper()}"))
+    holder = Capture()
+    try:
+        yield holder
+    except BaseException:
+        try:                                   # end the capture, then let the original error through
+            release("cuGraphDestroy", call("cuStreamEndCapture", s.cu))
+        except CudaError:
+            pass                               # the capture was invalidated by that error
+        raise
+    graph = call("cuStreamEndCapture", s.cu)
+    try:
+        holder.graph = Graph(graph, call("cuGraphInstantiate", graph, 0))
+    except BaseException:
+        release("cuGraphDestroy", graph)
+        raise

@@ -1,0 +1,283 @@
+"""Kernel launches: argument packing derived from the kernel's ``.param`` list, and ``cuLaunchKernelEx``.
+
+The host cost of a launch is what a Python loop of small kernels pays, so the hot path does little:
+one struct ``pack_into`` writes every argument into a per-thread buffer whose ``void**`` array was
+built once, and the native ``CUlaunchConfig`` is built once per (config, stream) after validation.
+Argument checking is left to ``struct`` (it range-checks every integer width); only when it fails is
+each argument checked again, slowly, to name the one that is wrong.
+"""
+from __future__ import annotations
+
+import ctypes
+import numbers
+import struct
+import threading
+from math import prod
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import LaunchError, PkptxError
+from .array import DeviceArray, device_pointer
+from .config import PORTABLE_CLUSTER, LaunchConfig
+from .device import Device, Stream, as_stream
+from .driver import check, driver
+from .module import get_function
+from .tensormap import TensorMap
+
+_INT_CODES = {("u", 8): "B", ("u", 16): "H", ("u", 32): "I", ("u", 64): "Q",
+              ("s", 8): "b", ("s", 16): "h", ("s", 32): "i", ("s", 64): "q"}
+_FLOAT_CODES = {"f16": "e", "f32": "f", "tf32": "f", "f64": "d"}
+_ML_FLOATS = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+
+def _pointer(value) -> int:
+    return value.ptr if type(value) is DeviceArray else device_pointer(value)
+
+
+def _bits_converter(bits: int):
+    """Bit-typed params (.b32...) take any int that fits the width, signed or unsigned."""
+    lo, mask = -(1 << (bits - 1)), (1 << bits) - 1
+
+    def convert(value):
+        if not lo <= value <= mask:
+            raise OverflowError
+        return value & mask
+    return convert
+
+
+def _small_float_converter(dtype):
+    """bf16 and fp8 scalars go in as their bit pattern (struct has no such formats)."""
+    def convert(value):
+        if not isinstance(value, numbers.Real):
+            raise TypeError
+        return int.from_bytes(np.array(value, dtype).tobytes(), "little")
+    return convert
+
+
+def _bytes_converter(size: int):
+    def convert(value):
+        data = value.data if isinstance(value, TensorMap) else bytes(value)
+        if len(data) != size:
+            raise ValueError
+        return data
+    return convert
+
+
+def _slot(p) -> tuple[str, object]:
+    """(struct code, converter or None) for one param."""
+    ty = p.type
+    if p.count > 1 or ty.name == "b128":
+        return f"{p.size}s", _bytes_converter(p.size)
+    if p.pointer:
+        return "Q", _pointer
+    if (ty.kind, ty.bits) in _INT_CODES:
+        return _INT_CODES[(ty.kind, ty.bits)], None
+    if ty.name in _FLOAT_CODES:
+        return _FLOAT_CODES[ty.name], None
+    if ty.name in _ML_FLOATS:
+        return ("H" if ty.bits == 16 else "B"), _small_float_converter(_ML_FLOATS[ty.name])
+    if ty.kind in ("b", "fx2"):
+        return {8: "B", 16: "H", 32: "I", 64: "Q"}[ty.bits], _bits_converter(ty.bits)
+    raise LaunchError(f"param '{p.name}' has type .{ty.name}, which cannot be a kernel parameter")
+
+
+def _expected(p) -> str:
+    ty = p.type
+    if p.count > 1 or ty.name == "b128":
+        return f"a TensorMap or {p.size} bytes"
+    if p.pointer:
+        return "a DeviceArray, an object with __cuda_array_interface__ or __dlpack__, or an int address"
+    if ty.kind in ("u", "s", "b", "fx2"):
+        lo = -(1 << (ty.bits - 1)) if ty.kind in ("s", "b", "fx2") else 0
+        hi = (1 << (ty.bits - 1)) - 1 if ty.kind == "s" else (1 << ty.bits) - 1
+        return f"an int in [{lo}, {hi}]"
+    return f"a real number representable as .{ty.name}"
+
+
+class Packer:
+    """Packs Python arguments into the kernel's parameter layout; one buffer per thread.
+
+    ``pack(args)`` returns the address of a ``void*[n]`` array (``kernelParams``), valid until the
+    same thread packs again; the driver copies the values at launch.
+    """
+
+    def __init__(self, params, entry: str = "kernel"):
+        self.params, self.entry = tuple(params), entry
+        fmt, offsets, convs, off = ["<"], [], [], 0
+        for i, p in enumerate(self.params):
+            code, conv = _slot(p)
+            pad = -off % max(p.alignment, 1)
+            if pad:
+                fmt.append(f"{pad}x")
+            off += pad
+            offsets.append(off)
+            off += struct.calcsize("<" + code)
+            fmt.append(code)
+            if conv is not None:
+                convs.append((i, conv))
+        self._struct = struct.Struct("".join(fmt))
+        self.offsets, self.size = tuple(offsets), off
+        self._align = max([p.alignment for p in self.params] + [16])
+        self._convs = tuple(convs)
+        self._n = len(self.params)
+        self._tls = threading.local()
+
+    def _state(self):
+        buf = ctypes.create_string_buffer(self.size + self._align)
+        base = ctypes.addressof(buf)
+        start = -base % self._align
+        ptrs = (ctypes.c_void_p * max(self._n, 1))(*(base + start + o for o in self.offsets))
+        state = self._tls.state = (buf, start, ctypes.addressof(ptrs) if self._n else 0, ptrs)
+        return state
+
+    def pack(self, args) -> int:
+        if len(args) != self._n:
+            names = ", ".join(p.name for p in self.params)
+            raise LaunchError(f"kernel '{self.entry}': got {len(args)} arguments; expected {self._n} ({names})")
+        try:
+            state = self._tls.state
+        except AttributeError:
+            state = self._state()
+        try:
+            if self._convs:
+                vals = list(args)
+                for i, conv in self._convs:
+                    vals[i] = conv(vals[i])
+                self._struct.pack_into(state[0], state[1], *vals)
+            else:
+                self._struct.pack_into(state[0], state[1], *args)
+        except (struct.error, OverflowError, TypeError, ValueError, PkptxError) as exc:
+            raise self._explain(args, exc) from None
+        return state[2]
+
+    def _explain(self, args, exc: Exception) -> LaunchError:
+        """The labelled error for the first argument that does not pack on its own."""
+        for i, (p, value) in enumerate(zip(self.params, args)):
+            code, conv = _slot(p)
+            try:
+                struct.pack("<" + code, conv(value) if conv is not None else value)
+            except (struct.error, OverflowError, TypeError, ValueError, PkptxError) as err:
+                detail = f" ({err})" if isinstance(err, PkptxError) else ""
+                return LaunchError(f"kernel '{self.entry}': argument {i} '{p.name}' (.{p.type.name}"
+                                   f"{f'[{p.count}]' if p.count > 1 else ''}) got {value!r:.80}; expected "
+                                   f"{_expected(p)}{detail}")
+        return LaunchError(f"kernel '{self.entry}': arguments do not pack: {exc}")
+
+
+class Kernel:
+    """A CompiledKernel loaded on a device, ready to launch.
+
+    ``k.launch(config, *args, stream=None)``, or ``k[grid, block](*args, stream=None)`` /
+    ``k[grid, block, smem](...)`` / ``k[config](...)``. ``grid`` counts blocks.
+    """
+
+    def __init__(self, compiled, device: Device | None = None):
+        self.compiled = compiled
+        self.device = (device or Device.current()).set_current()
+        self.function = get_function(compiled, self.device)
+        self.packer = Packer(compiled.params, compiled.entry)
+        cu = driver()
+        self._launch_ex, self._success = cu.cuLaunchKernelEx, cu.CUresult.CUDA_SUCCESS
+        self._bad_context = cu.CUresult.CUDA_ERROR_INVALID_CONTEXT
+        self._natives: dict[tuple[LaunchConfig, int], object] = {}
+        self._last: tuple = (None, None, None)
+        self._bound: dict = {}
+
+    @classmethod
+    def load(cls, compiled, device: Device | None = None) -> "Kernel":
+        return cls(compiled, device)
+
+    def launch(self, config: LaunchConfig, *args, stream=None) -> None:
+        self._launch(config, args, stream)
+
+    def _launch(self, config, args, stream) -> None:
+        h = 0 if stream is None else (stream.handle if type(stream) is Stream else as_stream(stream).handle)
+        last = self._last
+        if last[0] is config and last[1] == h:
+            native = last[2]
+        else:
+            native = self._natives.get((config, h)) if isinstance(config, LaunchConfig) else None
+            if native is None:
+                native = self._prepare(config, h)
+            self._last = (config, h, native)
+        params = self.packer.pack(args)
+        err = self._launch_ex(native, self.function.handle, params, 0)[0]
+        if err != self._success:
+            if err == self._bad_context:        # a thread that never made the context current
+                self.device.set_current()
+                err = self._launch_ex(native, self.function.handle, params, 0)[0]
+            check((err,), f"cuLaunchKernelEx({self.compiled.entry})")
+
+    def _prepare(self, config, h: int):
+        """Validate ``config`` for this kernel and build its native CUlaunchConfig (once)."""
+        if not isinstance(config, LaunchConfig):
+            raise LaunchError(f"config={config!r}: expected a LaunchConfig")
+        fn = self.function
+        config.validate(self.device.limits, self.compiled, max_threads=fn.max_threads, static_smem=fn.static_smem)
+        smem = config.smem_for(self.compiled)
+        fn.ensure_dynamic_smem(smem)
+        cluster = config.effective_cluster(self.compiled)
+        if cluster is not None and prod(cluster) > PORTABLE_CLUSTER:
+            fn.allow_non_portable_cluster()
+        cu = driver()
+        native = cu.CUlaunchConfig()
+        native.gridDimX, native.gridDimY, native.gridDimZ = config.grid
+        native.blockDimX, native.blockDimY, native.blockDimZ = config.block
+        native.sharedMemBytes = smem
+        native.hStream = cu.CUstream(h)
+        if config.cluster is not None:
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = config.cluster
+            native.attrs, native.numAttrs = [attr], 1
+        else:
+            native.numAttrs = 0
+        self._natives[(config, h)] = native
+        return native
+
+    def __getitem__(self, key) -> "_Bound":
+        try:
+            bound = self._bound.get(key)
+        except TypeError:
+            raise LaunchError(f"kernel[{key!r}]: expected ints or tuples of ints, or a LaunchConfig") from None
+        if bound is None:
+            if isinstance(key, LaunchConfig):
+                config = key
+            elif isinstance(key, tuple) and len(key) in (2, 3):
+                config = LaunchConfig(key[0], key[1], dynamic_smem=key[2] if len(key) == 3 else None)
+            else:
+                raise LaunchError(f"kernel[{key!r}]: expected kernel[grid, block], kernel[grid, block, smem] "
+                                  "or kernel[LaunchConfig]")
+            bound = self._bound[key] = _Bound(self, config)
+        return bound
+
+    def __repr__(self) -> str:
+        return f"Kernel('{self.compiled.entry}', {self.device})"
+
+
+class _Bound:
+    """``kernel[grid, block]``: a kernel with a fixed config; call it with the arguments."""
+    __slots__ = ("kernel", "config")
+
+    def __init__(self, kernel: Kernel, config: LaunchConfig):
+        self.kernel, self.config = kernel, config
+
+    def __call__(self, *args, stream=None) -> None:
+        self.kernel._launch(self.config, args, stream)
+
+
+_loaded: dict[tuple[str, str, int], Kernel] = {}
+
+
+def launch(stream, config: LaunchConfig, kernel, *args) -> None:
+    """Launch ``kernel`` (a :class:`Kernel`, or a CompiledKernel loaded on first use on the
+    current device) with ``config`` on ``stream`` (None: the default stream)."""
+    if not isinstance(kernel, Kernel):
+        device = Device.current()
+        key = (kernel.cubin.key, kernel.entry, device.ordinal)
+        loaded = _loaded.get(key)
+        if loaded is None:
+            loaded = _loaded[key] = Kernel(kernel, device)
+        kernel = loaded
+    kernel._launch(config, args, stream)

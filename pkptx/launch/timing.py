@@ -1,0 +1,65 @@
+"""Kernel timing with CUDA events: warm-up, repeats, median/min/max, optional L2 flush.
+
+The median is reported because one slow repeat (a clock change, another process) should not move
+the figure; min and max show the spread. With ``flush_l2=True`` (see :func:`evict_l2`) a buffer of twice the L2 size is
+written between repeats (outside the timed region), so each repeat starts with a cold cache.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..errors import LaunchError
+from .array import empty
+from .device import Device, Event, as_stream
+
+_flush_buffers: dict[int, object] = {}
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+    @property
+    def max_ms(self) -> float:
+        return max(self.samples_ms)
+
+    def __str__(self) -> str:
+        return (f"median {self.median_ms * 1e3:.2f} us (min {self.min_ms * 1e3:.2f}, "
+                f"max {self.max_ms * 1e3:.2f}, n={len(self.samples_ms)})")
+
+
+def evict_l2(stream=None, device: Device | None = None) -> None:
+    """Queue a write of 2x the L2 size on ``stream``, evicting whatever the L2 held."""
+    s = as_stream(stream)
+    device = device or s.device or Device.current()
+    buf = _flush_buffers.get(device.ordinal)
+    if buf is None:
+        buf = _flush_buffers[device.ordinal] = empty(2 * device.l2_bytes, "uint8", device, s)
+    buf.fill(0, s)
+
+
+def time_cuda(fn, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: bool = False) -> Timing:
+    """Time ``fn()``, which must queue its work on ``stream``, ``repeats`` times after ``warmup`` calls."""
+    if repeats < 1 or warmup < 0:
+        raise LaunchError(f"time_cuda(warmup={warmup}, repeats={repeats}): expected warmup >= 0, repeats >= 1")
+    s = as_stream(stream)
+    for _ in range(warmup):
+        fn()
+    pairs = [(Event(), Event()) for _ in range(repeats)]
+    for start, end in pairs:
+        if flush_l2:
+            evict_l2(s)
+        start.record(s)
+        fn()
+        end.record(s)
+    pairs[-1][1].synchronize()
+    return Timing(tuple(start.elapsed_ms(end) for start, end in pairs))

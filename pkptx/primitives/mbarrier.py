@@ -1,0 +1,53 @@
+"""mbarrier helpers: a ring of stage barriers with phase bits, and the wait loop.
+
+A stage barrier completes a phase when its arrival count is reached and every expected transaction
+byte (from TMA or bulk copies) has landed. The k-th use of a stage waits for parity ``k & 1``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..isa import Builder, Reg, address, u32
+
+
+def wait_parity(b: Builder, bar_addr, parity, *, name: str = "mbwait") -> None:
+    """Spin until the barrier's phase with ``parity`` has completed.
+
+    PTX::
+
+        $L_mbwait:  mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity;
+                    @p bra $L_mbwait_end;  bra $L_mbwait;
+        $L_mbwait_end:
+
+    ``try_wait`` suspends in hardware for a bounded time per probe. Acquire at CTA scope is the
+    default semantics, so data written by the completing TMA is visible to this thread afterwards.
+    """
+    with b.loop(name) as lp:
+        done = b.mbarrier_try_wait(address(bar_addr), parity, parity=True)
+        lp.break_if(done)
+
+
+@dataclass(frozen=True)
+class StageRing:
+    """``stages`` mbarriers, 8 bytes apart, starting at shared address ``base`` (a .u32 register)."""
+    base: Reg
+    stages: int
+
+    def bar(self, b: Builder, stage) -> object:
+        """The shared address of stage ``stage``'s barrier (a Python int stage is free)."""
+        if isinstance(stage, int):
+            return address(self.base, 8 * stage)
+        return address(b.mad(u32, stage, 8, self.base, mode="lo"))
+
+    def init(self, b: Builder, arrivals: int, *, leader) -> None:
+        """Leader thread initialises every stage barrier with ``arrivals`` expected arrivals, then
+        ``fence.mbarrier_init.release.cluster`` publishes them. The caller still owes a CTA barrier
+        (``bar.sync``) before any other thread uses them.
+
+        PTX: ``@leader mbarrier.init.shared::cta.b64 [bar+8i], arrivals;`` (per stage) and
+        ``@leader fence.mbarrier_init.release.cluster;``.
+        """
+        with b.if_then(leader):
+            for s in range(self.stages):
+                b.mbarrier_init(self.bar(b, s), arrivals)
+            b.fence_mbarrier_init()

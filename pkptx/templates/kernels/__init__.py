@@ -1,0 +1,1 @@
+"""One operator per module: a Config, ``build(config) -> Kernel`` and a numpy ``reference``."""

@@ -1,0 +1,102 @@
+"""Assemble kernels with the real assembler (nvJitLink) and give tests a ready-made scratch kernel.
+
+``Sandbox`` builds a kernel whose prologue defines one register of every PTX register type plus the
+addresses most instructions need (a global pointer, a multicast pointer, shared-memory buffers, an
+mbarrier, a tensor map, a cache policy), so a test can emit any single instruction form into it.
+"""
+from __future__ import annotations
+
+from pkptx.isa import (Kernel, Param, address, b8, b16, b32, b64, bf16, bf16x2, f16, f16x2, f32, f64,
+                       pred, s16, s32, s64, u16, u32, u64)
+
+ARCHS = ("sm_90", "sm_90a")
+
+# A value to load each register type with in the prologue: (type of the mov, immediate).
+_SEED = {"pred": None, "f16": ("b16", 0x3C00), "bf16": ("b16", 0x3F80), "f16x2": ("b32", 0x3C003C00),
+         "bf16x2": ("b32", 0x3F803F80), "f32": ("f32", 1.5), "f64": ("f64", 2.5)}
+
+
+def assert_assembles(kernel: Kernel, arch: str | None = None):
+    """Assemble ``kernel`` for ``arch`` (default: its own target), bypassing the cache so the
+    assembler really runs; returns the CompiledKernel. An AssemblyError names the Python line."""
+    if arch is not None and arch != kernel.target:
+        raise ValueError(f"kernel {kernel.name} targets {kernel.target}; build it with target={arch!r}")
+    return kernel.compile(use_cache=False)
+
+
+def sandbox_params():
+    return [Param("ptr", u64, pointer=True), Param("mc", u64, pointer=True), ("n", u32),
+            Param("tmap", b8, count=128, align=64)]
+
+
+class Sandbox:
+    """A scratch kernel with one defined register per type: ``sb.r(u32)``, ``sb.r(f16x2)``...
+
+    Attributes: ``k`` the kernel, ``b`` its builder, ``gptr`` a 64-bit global address register,
+    ``mc`` a 64-bit multicast address register, ``smem`` a 32-bit shared address register of a
+    4 KiB buffer, ``smem_sym`` the buffer's symbol, ``bar`` a 32-bit mbarrier address register,
+    ``tmap`` the tensor map's address register, ``policy`` a ``createpolicy`` cache policy.
+    """
+
+    def __init__(self, name: str = "sandbox", *, target: str | None = None, ptx_version=None,
+                 max_threads=(128,), cluster=None, extra_params=()):
+        self.k = Kernel(name, sandbox_params() + list(extra_params), target=target, ptx_version=ptx_version,
+                        max_threads=max_threads, cluster=cluster)
+        b = self.b = self.k.builder()
+        self._regs = {}
+        self.gptr = b.load_param("ptr")
+        self.mc = b.load_param("mc")
+        n = self._regs["u32"] = b.load_param("n")
+        self.smem_sym = self.k.shared("buf", 4096, align=128)
+        self.bar_sym = self.k.shared("bars", 64, align=8)
+        self.smem = b.mov(u32, self.smem_sym, name="smem")
+        self.bar = b.mov(u32, self.bar_sym, name="bar")
+        self.smem64 = b.cvta(u64, "shared", self.bar_sym, name="smem_generic")
+        self.tmap = b.param_address("tmap")
+        self.policy = b.createpolicy("L2::evict_last", fraction=1.0)
+        for ty in ALL_REG:
+            if ty.name not in self._regs:
+                self._regs[ty.name] = self._seed(ty, n)
+
+    def _seed(self, ty, n):
+        b = self.b
+        if ty is pred:
+            return b.setp("lt", u32, n, 7, name="p_seed")
+        how = _SEED.get(ty.name)
+        reg = b.reg(ty, f"{ty.name}_seed")
+        if how is None:
+            b.mov(ty, 3, into=reg)
+        else:
+            b.emit("mov", reg, how[1], types=(how[0],))
+        return reg
+
+    def r(self, ty):
+        """The prologue's defined register of type ``ty``."""
+        return self._regs[str(ty)]
+
+    def fresh(self, ty, name=None):
+        """A new register of ``ty`` with a value (a copy of the prologue's)."""
+        reg = self.b.reg(ty, name)
+        self.b.emit("mov", reg, self.r(ty), types=(_MOV_TYPE.get(str(ty), str(ty)),))
+        return reg
+
+    def vec(self, ty, count):
+        """A brace vector of ``count`` fresh defined registers of ``ty``."""
+        from pkptx.isa import Vec
+        return Vec(tuple(self.fresh(ty) for _ in range(count)))
+
+    def g(self, offset: int = 0):
+        """``[gptr + offset]``."""
+        return address(self.gptr, offset)
+
+    def s(self, offset: int = 0):
+        """``[smem + offset]`` (a 32-bit shared::cta address)."""
+        return address(self.smem, offset)
+
+    def finish(self):
+        self.b.ret()
+        return self.k
+
+
+_MOV_TYPE = {"f16x2": "b32", "bf16x2": "b32", "bf16": "b16"}
+ALL_REG = (b16, b32, b64, u16, u32, u64, s16, s32, s64, f16, bf16, f32, f64, pred, f16x2, bf16x2)
