@@ -7,6 +7,7 @@ signature: ``name:kinds:type`` with ``>`` for a destination and ``?`` for an opt
 Kinds: R register, I immediate, A address, V brace vector, S special register, Y symbol, L label,
 M tensor-map reference ``[tmap, {coords}]``, K pipe pair ``d|p``, N sink ``_``.
 Type rules: ``T0`` (compatible with slot 0), ``T0w`` (at least as wide), ``T0x2`` (twice as wide),
+``T0v`` (a brace vector whose registers together are as wide: mov's pack/unpack),
 a PTX type name, or ``any``. Sections cite the PTX ISA 8.x manual.
 """
 from __future__ import annotations
@@ -330,6 +331,8 @@ def _check_multimem(mods, types, ops):
         return f"multimem '.{op}' needs .b32/.b64, not .{ty}"
     if op in ("add", "min", "max", "inc", "dec") and _is_bits(ty):
         return f"multimem '.{op}' needs .u/.s/.f types, not .{ty}"
+    if op in ("min", "max", "inc", "dec") and ty in ("f32", "f64"):
+        return f"multimem '.{op}' is not defined on .{ty} (only .add is)"
     if mods.get("vec") and ty not in ("f32",) + HALF:
         return f"vector multimem forms exist only for .f32 and 16-bit float types, not .{ty}"
     if mods.get("vec") == "v8" and ty in ("f32", "f16x2", "bf16x2"):
@@ -462,7 +465,7 @@ spec("setp", "setp.{cmp}.{bool?}.{ftz?}.{T0}", ">p:R:pred a:RI:T0 b:RI:T0 c?:R:p
 spec("selp", "selp.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:R:pred", section="9.7.7.2", T0=BITS + INT + FLOATS)
 
 # 9.7.9 Data movement and conversion
-spec("mov", "mov.{T0}", ">d:RV:T0 a:RISYV:T0", section="9.7.9.1",
+spec("mov", "mov.{T0}", ">d:RV:T0v a:RISYV:T0v", section="9.7.9.1",
      T0=("pred",) + BITS + ("b128",) + INT + FLOATS + ("f16", "bf16"), versions=(("b128", (8, 3)),))
 spec("cvt", "cvt.{rnd?}.{ftz?}.{sat?}.{relu?}.{satfinite?}.{T0}.{T1}", ">d:R:T0w a:RI:T1w b?:R:T1",
      section="9.7.9.21", rnd=RND_F + RND_I + ("rna",),

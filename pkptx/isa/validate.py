@@ -122,6 +122,13 @@ def _check_operand(value, op, spec, mods, types) -> str | None:
         if value.second.type is not pred:
             return "the second half of d|p must be a predicate"
         return None
+    if kind == "V" and op.rule.endswith("v"):
+        slot = _slot_type(spec, types, op.rule)
+        widths = [item.type.bits if isinstance(item, (Reg, Sink)) else None for item in value.items]
+        if None in widths or sum(widths) != slot.bits:
+            return (f"operand '{op.name}': the registers of {value.render()} must together be "
+                    f"{slot.bits} bits wide to pack into / unpack from .{slot}")
+        return None
     for item in _flatten(value):
         if isinstance(item, (Reg, NotPred, Imm, Special, Sink)):
             err = _check_typed(item, op.rule, spec, mods, types)

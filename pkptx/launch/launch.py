@@ -32,7 +32,10 @@ _ML_FLOATS = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2
 
 
 def _pointer(value) -> int:
-    return value.ptr if type(value) is DeviceArray else device_pointer(value)
+    kind = type(value)
+    if kind is DeviceArray:
+        return value.ptr
+    return value if kind is int else device_pointer(value)
 
 
 def _bits_converter(bits: int):
@@ -157,11 +160,10 @@ class Packer:
             code, conv = _slot(p)
             try:
                 struct.pack("<" + code, conv(value) if conv is not None else value)
-            except (struct.error, OverflowError, TypeError, ValueError, PkptxError) as err:
-                detail = f" ({err})" if isinstance(err, PkptxError) else ""
+            except (struct.error, OverflowError, TypeError, ValueError, PkptxError):
                 return LaunchError(f"kernel '{self.entry}': argument {i} '{p.name}' (.{p.type.name}"
                                    f"{f'[{p.count}]' if p.count > 1 else ''}) got {value!r:.80}; expected "
-                                   f"{_expected(p)}{detail}")
+                                   f"{_expected(p)}")
         return LaunchError(f"kernel '{self.entry}': arguments do not pack: {exc}")
 
 

@@ -1,0 +1,96 @@
+"""Tile stores, reduce-stores and loads with TMA to and from peers, and register-level peer access.
+
+Every rank's copy of a buffer has its own tensor map; a kernel receives them as a table in global
+memory (``<name>_tmaps``: ``world`` maps of 128 bytes, then the multicast map when there is one), so a
+peer's map is ``table + 128 * rank``. The maps are written by the host before launch, so no
+``fence.proxy.tensormap`` is owed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..isa import Builder, Param, Reg, address, u32, u64
+
+TMAP_BYTES = 128
+
+
+@dataclass(frozen=True)
+class TensorMapTable:
+    name: str
+
+    def params(self) -> list[Param]:
+        return [Param(f"{self.name}_tmaps", u64, pointer=True)]
+
+    def bind(self, b: Builder) -> "BoundTensorMaps":
+        return BoundTensorMaps(b.load_param(f"{self.name}_tmaps"))
+
+
+@dataclass(frozen=True)
+class BoundTensorMaps:
+    table: Reg
+
+    def of(self, b: Builder, rank) -> Reg:
+        """The address of ``rank``'s tensor map (``rank == world`` is the multicast map)."""
+        if isinstance(rank, int):
+            return b.add(u64, self.table, TMAP_BYTES * rank, name="tmap")
+        return b.mad(u64, b.cvt(u64, u32, rank), TMAP_BYTES, self.table, mode="lo", name="tmap")
+
+
+def store_async(b: Builder, maps: BoundTensorMaps, dst_rank, coords, smem, *, reduce_op=None) -> None:
+    """One thread stores a shared-memory tile into ``dst_rank``'s buffer at tile ``coords``
+    (``reduce_op='add'|'min'|'max'``: atomically reduces into it, the peer-reduction store).
+
+    PTX: ``cp.async.bulk.tensor.<n>d.global.shared::cta.tile.bulk_group [tmap_r, {coords}], [smem];``
+    (or ``cp.reduce.async.bulk.tensor.<n>d.global.shared::cta.<op>.tile.bulk_group``) then
+    ``cp.async.bulk.commit_group;``. Ordering owed by the caller: ``fence.proxy.async.shared::cta``
+    after writing the tile with ordinary stores and a barrier before this; :func:`sync.publish_async_writes`
+    before signalling the destination.
+    """
+    tmap = maps.of(b, dst_rank)
+    if reduce_op is None:
+        b.tensor_store(tmap, coords, address(smem))
+    else:
+        b.tensor_reduce(reduce_op, tmap, coords, address(smem))
+    b.bulk_commit_group()
+
+
+def store_async_all(b: Builder, maps: BoundTensorMaps, coords, smem, *, world: Reg, multicast: bool,
+                    reduce_op=None) -> None:
+    """Broadcast a tile to every rank: one store to the multicast map (index ``world``), or the unicast
+    fallback, one store per rank (same result). Same PTX and ordering contract as :func:`store_async`."""
+    if multicast:
+        store_async(b, maps, world, coords, smem, reduce_op=reduce_op)
+        return
+    for r in b.range(0, world, name="dst"):
+        store_async(b, maps, r, coords, smem, reduce_op=reduce_op)
+
+
+def load_async(b: Builder, maps: BoundTensorMaps, src_rank, coords, smem, mbar, tile_bytes: int) -> None:
+    """One thread loads tile ``coords`` of ``src_rank``'s buffer into shared memory; completion lands
+    on ``mbar`` as ``tile_bytes`` transaction bytes (announced here, so the barrier needs one arrival).
+
+    PTX: ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [mbar], bytes;``
+    ``cp.async.bulk.tensor.<n>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [smem], [tmap_r, {coords}], [mbar];``
+    Consumers wait with :func:`mbarrier.wait_parity`; data is then visible to them.
+    """
+    b.mbarrier_arrive_expect_tx(address(mbar), tile_bytes)
+    b.tensor_load(address(smem), maps.of(b, src_rank), coords, address(mbar))
+
+
+def peer_load(b: Builder, base: Reg, offset, ty, *, vec: int = 4, name: str = "peer_v"):
+    """``ld.global.v<vec>.<ty> {..}, [base + offset]``: 16-byte vector load from a peer's copy (weak:
+    the caller's acquire on a flag orders it)."""
+    addr = b.add(u64, base, offset) if isinstance(offset, Reg) else address(base, offset)
+    return b.ld(ty, address(addr), space="global", vec=vec, name=name)
+
+
+def peer_store(b: Builder, base: Reg, offset, ty, values) -> None:
+    """``st.global.v<n>.<ty> [base + offset], {..}``: vector store into a peer's copy."""
+    addr = b.add(u64, base, offset) if isinstance(offset, Reg) else address(base, offset)
+    b.st(ty, address(addr), values, space="global")
+
+
+def peer_red(b: Builder, base: Reg, offset, op, ty, value, *, sem, scope) -> None:
+    """``red.<sem>.<scope>.global.<op>.<ty> [base + offset], value``: an atomic into a peer's copy."""
+    addr = b.add(u64, base, offset) if isinstance(offset, Reg) else address(base, offset)
+    b.red(op, ty, address(addr), value, sem=sem, scope=scope, space="global")

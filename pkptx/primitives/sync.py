@@ -1,0 +1,129 @@
+"""signal / signal_all / wait / barrier on flag arrays, with bounded waits (pk-design 3 and 5).
+
+Flags are 32-bit counters that only grow (epochs): a waiter asks for "at least ``expected``" using
+wrap-safe signed differences, so no flag is ever reset and no reset kernel or reset race exists.
+
+A wait that outlives its budget does not hang the GPU: the first thread to expire records
+``(1, rank, flag id, expected, observed, block)`` in the kernel's status words (``status`` parameter,
+see :mod:`pkptx.launch.status`) and exits; the host raises a timeout error naming them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..isa import Builder, Param, Reg, Sem, address, s32, u32, u64
+from .layout import BoundLayout
+
+STATUS_WORDS = 8          # status, rank, flag id, expected, observed, block, 2 spare
+TIMEOUT_CODE = 1
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When bounded waits expire (``%globaltimer`` + ``timeout_ns``) and where an expiry is reported."""
+    end: Reg
+    status: Reg
+    rank: Reg
+
+    @staticmethod
+    def params() -> list[Param]:
+        return [Param("status", u64, pointer=True), Param("timeout_ns", u64)]
+
+    @classmethod
+    def start(cls, b: Builder, rank: Reg) -> "Deadline":
+        """Read the clock once; every wait of the kernel shares this budget."""
+        end = b.add(u64, b.special("globaltimer"), b.load_param("timeout_ns"), name="deadline")
+        return cls(end, b.load_param("status"), rank)
+
+    def report(self, b: Builder, flag_id, expected, observed) -> None:
+        """Record the expiry (first reporter wins, ``atom.global.cas.b32``) and ``exit``.
+
+        PTX: ``atom.global.cas.b32 old, [status], 0, 1; setp.eq.u32 first, old, 0;``
+        ``@first st.global.u32 [status+4*i], ...`` for i = 1..5; ``exit;``.
+        """
+        old = b.atom("cas", "b32", address(self.status), 0, TIMEOUT_CODE, space="global", name="old_status")
+        first = b.setp("eq", u32, old, 0, name="first_timeout")
+        for i, value in enumerate((self.rank, flag_id, expected, observed, b.special("ctaid.x")), start=1):
+            b.st(u32, address(self.status, 4 * i), value, space="global", pred=first)
+        b.exit()
+
+
+def signal(b: Builder, flag_addr, value, *, sem: Sem, scope) -> None:
+    """Add ``value`` to one counter (local or a peer's), ordered by ``sem`` (use Sem.RELEASE).
+
+    PTX: ``red.<sem>.<scope>.global.add.u32 [flag], value;``. Release orders this thread's earlier
+    writes (and, being cumulative, writes it observed, e.g. the CTA's after a ``bar.sync``) before the
+    flag. TMA writes are the caller's to complete first: :func:`publish_async_writes`.
+    """
+    b.red("add", u32, address(flag_addr), value, sem=sem, scope=scope, space="global")
+
+
+def publish_async_writes(b: Builder) -> None:
+    """Before signalling data written by this thread's TMA stores: wait for the writes themselves,
+    not only for the shared-memory reads (pk-design 5), then order the async proxy's global writes
+    before the generic-proxy release that follows.
+
+    PTX: ``cp.async.bulk.wait_group 0; fence.proxy.async.global;``.
+    """
+    b.bulk_wait_group(0)
+    b.fence_proxy_async("global")
+
+
+def flag_address(b: Builder, flags: BoundLayout, rank, index) -> Reg:
+    """Address of counter ``index`` in ``rank``'s flag array."""
+    base = flags.peer(b, rank)
+    return b.add(u64, base, b.mul(u32, index, 4, mode="wide") if isinstance(index, Reg) else 4 * index)
+
+
+def signal_all(b: Builder, flags: BoundLayout, index, value, *, world: Reg, sem: Sem, scope,
+               multicast: bool) -> None:
+    """Add ``value`` to counter ``index`` on every rank.
+
+    multicast: ``multimem.red.<sem>.<scope>.global.add.u32 [flags_mc + 4*index], value;`` (one access,
+    NVSwitch fans it out). Unicast fallback (same result anywhere): a loop over ranks of
+    ``red.<sem>.<scope>.global.add.u32 [peer_r + 4*index], value;``.
+    """
+    if multicast:
+        mc = b.add(u64, flags.mc, b.mul(u32, index, 4, mode="wide") if isinstance(index, Reg) else 4 * index)
+        b.multimem_red("add", u32, address(mc), b.mov(u32, value), sem=sem, scope=scope)
+        return
+    for r in b.range(0, world, name="peer"):
+        signal(b, flag_address(b, flags, r, index), value, sem=sem, scope=scope)
+
+
+def wait(b: Builder, flag_addr, expected, *, sem: Sem, scope, deadline: Deadline, flag_id) -> Reg:
+    """Spin until the counter at ``flag_addr`` is at least ``expected`` (wrap-safe), or the deadline.
+
+    ``sem=Sem.ACQUIRE``: each probe is ``ld.acquire.<scope>.global.u32``. ``sem=Sem.RELAXED``: probes
+    are ``ld.relaxed.<scope>.global.u32`` and one ``fence.acq_rel.<scope>`` follows the loop, the
+    cheaper form when many probes are expected. Either way, data released before the matching signal
+    is visible to this thread afterwards (other threads of the CTA need a ``bar.sync``). Per probe::
+
+        ld.<sem>.<scope>.global.u32 v, [flag];  sub.s32 d, v, expected;  setp.ge.s32 ok, d, 0;
+        @ok bra done;  mov.u64 t, %globaltimer;  setp.gt.u64 late, t, deadline;  @late <report, exit>
+
+    Returns the observed value.
+    """
+    seen = b.reg(u32, "seen")
+    with b.loop("wait_flag") as lp:
+        b.ld(u32, address(flag_addr), space="global", sem=sem, scope=scope, into=seen)
+        ok = b.setp("ge", s32, b.sub(s32, seen, expected), 0, name="reached")
+        lp.break_if(ok)
+        late = b.setp("gt", u64, b.special("globaltimer"), deadline.end, name="late")
+        with b.if_then(late):
+            deadline.report(b, flag_id, expected, seen)
+    if sem == Sem.RELAXED:
+        b.fence("acq_rel", scope)
+    return seen
+
+
+def barrier(b: Builder, flags: BoundLayout, index, expected, *, rank: Reg, world: Reg, scope,
+            deadline: Deadline, multicast: bool) -> None:
+    """All ranks meet: signal_all(+1, release) then wait(own counter >= expected, acquire).
+
+    With epochs, the n-th barrier on a counter by ``k`` participants per rank expects ``n * k * world``.
+    Called by one thread per participant; the caller owes ``bar.sync`` around it for the rest of its CTA.
+    """
+    signal_all(b, flags, index, 1, world=world, sem=Sem.RELEASE, scope=scope, multicast=multicast)
+    wait(b, flag_address(b, flags, rank, index), expected, sem=Sem.ACQUIRE, scope=scope, deadline=deadline,
+         flag_id=index)
