@@ -81,7 +81,7 @@ def multimem_reduce(b: Builder, data: BoundLayout, offset: Reg, *, ty, op, rank:
     if write_all:
         b.multimem_st(vec_ty, mc, values, sem="relaxed", scope="sys")
     else:
-        b.st(vec_ty, address(b.add(u64, data.peer(b, rank), offset)), values, space="global")
+        b.st(b32, address(b.add(u64, data.peer(b, rank), offset)), values, space="global")
     return values
 
 
