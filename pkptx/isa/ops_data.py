@@ -97,7 +97,8 @@ class DataOps:
                   cache=cache, evict=evict, hint=policy is not None, vec=_VEC[n])
 
     def prefetch(self, addr, *, space=None, level=None, pred=None) -> None:
-        """``prefetch{.space}.level [addr]`` (``space='tensormap'`` prefetches a tensor map)."""
+        """``prefetch{.space}.<level> [addr]``: level L1, L2, L2::evict_last, L2::evict_normal, or
+        ``level='tensormap'`` to prefetch a tensor map (generic, .const or .param address)."""
         self.emit("prefetch", address(addr), pred=pred, space=space, level=level)
 
     def mapa(self, ty, a, rank, *, shared_cluster: bool = True, name=None) -> Reg:

@@ -155,10 +155,21 @@ def _check_ldst(load: bool):
             return "cache operators and .nc are only legal on weak accesses"
         if mods.get("nc") and mods.get("space") != "global":
             return "'.nc' is only legal with .global"
-        if mods.get("sem") and mods.get("space") in ("param", "const", "local"):
-            return f"memory-ordering qualifiers are not legal on .{mods['space']}"
+        if mods.get("nc") and mods.get("cache") not in (None, "ca", "cg", "cs"):
+            return f"ld.global.nc takes the cache operators .ca .cg .cs, not .{mods['cache']}"
+        if mods.get("sem") not in (None, "weak") and mods.get("space") in ("param", "const", "local"):
+            return f"'.{mods['sem']}' is not legal on .{mods['space']} (only .weak or no qualifier)"
+        if mods.get("cache") and mods.get("evict"):
+            return f"a cache operator (.{mods['cache']}) and an L1 eviction priority cannot be combined"
+        for group in ("evict", "prefetch", "hint"):
+            if mods.get(group) and mods.get("space") not in (None, "global"):
+                return f"'.{mods[group]}' is only legal on .global or generic addresses, not .{mods['space']}"
         if types[0] == "b128" and mods.get("vec"):
             return "'.b128' cannot be combined with a vector width"
+        lanes = {"v2": 2, "v4": 4}.get(mods.get("vec"), 1)
+        bits = int("".join(ch for ch in types[0] if ch.isdigit()))
+        if lanes * bits > 128:
+            return f"'.{mods['vec']}.{types[0]}' is {lanes * bits} bits; sm_90 vector accesses are at most 128 bits"
         data = "d" if load else "b"
         err = _vec_count(mods, list(ops.values()), list(ops).index(data))
         return err or _hint_needs_policy(mods, ops)
@@ -179,6 +190,8 @@ def _check_cvt(mods, types, ops):
     if ops.get("b") is not None:
         return "only packing conversions (to .f16x2/.bf16x2) take a second source"
     if dst_f and src_f:
+        if {dst, src} == {"f16", "bf16"}:           # same width, different format: rounding optional
+            return None if rnd in (None,) + RND_F else f"cvt .{src} -> .{dst} takes .rn .rz .rm .rp or nothing"
         narrowing = width.get(dst, 0) < width.get(src, 0) or dst == "tf32"
         if narrowing and rnd not in RND_F + ("rna",):
             return f"narrowing float conversion .{src} -> .{dst} needs a rounding mode: .rn .rz .rm .rp"
@@ -194,6 +207,17 @@ def _check_cvt(mods, types, ops):
             return f"float-to-integer conversion .{src} -> .{dst} needs one of .rni .rzi .rmi .rpi"
     elif rnd:
         return f"integer-to-integer conversion .{src} -> .{dst} takes no rounding mode"
+    return None
+
+
+def _check_prefetch(mods, types, ops):
+    level, space = mods["level"], mods.get("space")
+    if level == "tensormap" and space not in (None, "const", "param"):
+        return f"prefetch.tensormap takes a generic, .const or .param address, not .{space}"
+    if level != "tensormap" and space in ("const", "param"):
+        return f"'.{space}' is only legal with prefetch.tensormap; .{level} takes .global, .local or generic"
+    if level.startswith("L2::") and space not in (None, "global"):
+        return f"'.{level}' is only legal on .global or generic addresses, not .{space}"
     return None
 
 
@@ -412,15 +436,14 @@ def _check_mbar_sem(mods, types, ops):
 
 
 # ----------------------------------------------------------------------------- the table
-A, B3 = "a:RIS:T0", "b:RI:T0"
 
 # 9.7.1 Integer and 9.7.3 floating-point arithmetic
 for _op in ("add", "sub"):
-    spec(_op, f"{_op}.{{rnd?}}.{{ftz?}}.{{sat?}}.{{cc?}}.{{T0}}", ">d:R:T0 a:RIS:T0 b:RIS:T0",
+    spec(_op, f"{_op}.{{rnd?}}.{{ftz?}}.{{sat?}}.{{cc?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0",
          section="9.7.1.1/9.7.3.1", rnd=RND_F, T0=INT + FLOATS + HALF, check=_float_only("rnd", "ftz", "sat"))
 for _op in ("addc", "subc"):
     spec(_op, f"{_op}.{{cc?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.2", T0=INT32_64)
-spec("mul", "mul.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RIS:T0 b:RI:T0", section="9.7.1.3/9.7.3.5",
+spec("mul", "mul.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RI:T0 b:RI:T0", section="9.7.1.3/9.7.3.5",
      mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS + HALF, check=_check_mul)
 spec("mad", "mad.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RI:T0 b:RI:T0 c:RI:T0x2",
      section="9.7.1.4/9.7.3.6", mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS, check=_check_mad)
@@ -466,7 +489,7 @@ spec("selp", "selp.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:R:pred", section="9.7.7.2",
 # 9.7.9 Data movement and conversion
 spec("mov", "mov.{T0}", ">d:RV:T0v a:RISYV:T0v", section="9.7.9.1",
      T0=("pred",) + BITS + ("b128",) + INT + FLOATS + ("f16", "bf16"), versions=(("b128", (8, 3)),))
-spec("cvt", "cvt.{rnd?}.{ftz?}.{sat?}.{relu?}.{satfinite?}.{T0}.{T1}", ">d:R:T0w a:RI:T1w b?:R:T1",
+spec("cvt", "cvt.{rnd?}.{ftz?}.{sat?}.{relu?}.{satfinite?}.{T0}.{T1}", ">d:R:T0w a:RIS:T1w b?:R:T1",
      section="9.7.9.21", rnd=RND_F + RND_I + ("rna",),
      T0=INT + ("u8", "s8") + FLOATS + HALF + ("tf32",), T1=INT + ("u8", "s8") + FLOATS + ("f16", "bf16"),
      check=_check_cvt)
@@ -488,8 +511,10 @@ spec("st", "st.{sem?}.{scope?}.{space?}.{cache?}.{evict?}.{hint?}.{vec?}.{T0}", 
      evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
      hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST, check=_check_ldst(load=False),
      versions=(("b128", (8, 3)),))
-spec("prefetch", "prefetch.{space?}.{level?}", "addr:A", section="9.7.9.15",
-     space=("global", "local", "tensormap"), level=("L1", "L2", "L2::evict_last", "L2::evict_normal"))
+spec("prefetch", "prefetch.{space?}.{level}", "addr:A", section="9.7.9.15",
+     space=("global", "local", "const", "param"),
+     level=("L1", "L2", "L2::evict_last", "L2::evict_normal", "tensormap"), check=_check_prefetch,
+     versions=(("tensormap", (8, 0)),))
 spec("mapa", "mapa.{space?}.{T0}", ">d:R:T0 a:RY:T0 rank:RI:u32", section="9.7.9.22",
      space=("shared::cluster",), T0=("u32", "u64"))
 spec("getctarank", "getctarank.{space?}.{T0}", ">d:R:u32 a:RY:T0", section="9.7.9.23",

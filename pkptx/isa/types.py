@@ -59,7 +59,7 @@ ALL_TYPES: dict[str, PtxType] = {
     for t in (b8, b16, b32, b64, b128, u8, u16, u32, u64, s8, s16, s32, s64,
               f16, bf16, f32, f64, f16x2, bf16x2, tf32, e4m3, e5m2, pred)
 }
-REGISTER_TYPES = tuple(t for t in ALL_TYPES.values() if t.name not in ("b128", "tf32", "e4m3", "e5m2"))
+REGISTER_TYPES = tuple(t for t in ALL_TYPES.values() if t.name not in ("tf32", "e4m3", "e5m2"))
 
 
 def ptx_type(name: str | PtxType) -> PtxType:

@@ -63,8 +63,9 @@ def agree_multicast(world: World, device_ordinal: int, path: str) -> tuple[bool,
     votes = vote.values
     closed = {r: why for r, (ok, why, _) in enumerate(votes) if not ok}
     if closed:
-        first = min(closed)
-        return False, f"multicast closed on {format_ranks(closed)} (rank {first}: {closed[first]})"
+        reasons = sorted(set(closed.values()))
+        detail = reasons[0] if len(reasons) == 1 else "; ".join(f"rank {r}: {w}" for r, w in closed.items())
+        return False, f"multicast closed on {format_ranks(closed)}: {detail}"
     owners: dict[bytes, int] = {}
     for r, (_, _, gpu) in enumerate(votes):
         if gpu in owners:

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pkptx.isa import (Kernel, Vec, address, b16, b32, b64, b128, bf16, bf16x2, f16, f16x2, f32, f64, pred,
+from pkptx.isa import (Kernel, Vec, address, b8, b16, b32, b64, b128, bf16, bf16x2, f16, f16x2, f32, f64, pred,
                        s8, s16, s32, s64, u8, u16, u32, u64)
 from pkptx.isa.builder import Builder
 
@@ -333,8 +333,8 @@ def _ld_st_cache(sb: Sandbox):
     for space, level in ((None, "L1"), (None, "L2"), ("global", "L1"), ("global", "L2"), ("local", "L1"),
                          ("global", "L2::evict_last"), ("global", "L2::evict_normal")):
         b.prefetch(sb.g(), space=space, level=level)
-    b.prefetch(sb.tmap, space="tensormap")
-    b.prefetch(address(sb.k.param("tmap")), space="tensormap")
+    b.prefetch(sb.tmap, level="tensormap")
+    b.prefetch(address(sb.k.param("tmap")), space="param", level="tensormap")
 
 
 @group("data")

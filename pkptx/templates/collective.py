@@ -1,0 +1,42 @@
+"""What every collective kernel shares: one launch that opens and closes with a cross-rank barrier
+on an epoch flag array, and a communicator-only LCSC template.
+
+Barrier rounds are counted by the host (``barrier_base`` = rounds done before this launch). Round ``k``
+of a launch is complete when the flag reaches ``(barrier_base + k) * world * nblocks``: every block
+of every rank signals every rank once per round. No flag is ever reset.
+"""
+from __future__ import annotations
+
+from ..isa import Param, u32
+from ..primitives.layout import ParallelLayout
+from ..primitives.sync import barrier
+from .lcsc import Ctx, Template
+
+FLAGS = ParallelLayout("flags")
+ROUNDS_PER_LAUNCH = 2
+
+
+def rank_barrier(ctx: Ctx, round_in_launch: int, *, multicast: bool) -> None:
+    """Thread 0 of each block meets every block of every rank; then the block's threads resume."""
+    b = ctx.b
+    with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="barrier_thread")):
+        nblocks = b.special("nctaid.x")
+        participants = b.mul(u32, ctx.world, nblocks, mode="lo", name="participants")
+        base = b.add(u32, ctx.param("barrier_base"), round_in_launch, name="round")
+        expected = b.mul(u32, base, participants, mode="lo", name="expected")
+        barrier(b, ctx.layouts[FLAGS.name], 0, expected, rank=ctx.rank, world=ctx.world, scope="sys",
+                deadline=ctx.deadline, multicast=multicast)
+    b.bar_sync(0)
+
+
+def collective_template(name: str, params, layouts, *, threads: int) -> Template:
+    return Template(name, tuple(params) + (Param("barrier_base", u32),), tuple(layouts) + (FLAGS,),
+                    comm_threads=threads)
+
+
+def build_collective(template: Template, *, comm_tasks, communicator, multicast: bool):
+    """The kernel: barrier (inputs everywhere ready), the communicator over its tasks, barrier (every
+    rank done reading and writing peers' buffers)."""
+    return template.build(comm_tasks=comm_tasks, communicator=communicator,
+                          prologue=lambda ctx: rank_barrier(ctx, 1, multicast=multicast),
+                          epilogue=lambda ctx: rank_barrier(ctx, 2, multicast=multicast))

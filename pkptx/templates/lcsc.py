@@ -1,0 +1,187 @@
+"""The Load-Compute-Store-Communicate template (pk-design 4): one persistent kernel shape for every
+fused multi-GPU operator.
+
+A kernel author supplies up to four role functions, each called once per task with ``(ctx, task)``,
+and the shared-memory layout; the template emits the rest: parameters (world, deadline, PGLs, tensor
+maps, the runtime ``num_comm_sms``), shared-memory carving and mbarrier setup, the split of blocks into
+compute workers and communicators, the warpgroup specialisation with register rebalancing, and the
+task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import PTXBuildError
+from ..isa import Builder, Kernel, Param, Reg, u32
+from ..primitives import StageRing
+from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
+from ..primitives.p2p import BoundTensorMaps, TensorMapTable
+from ..primitives.sync import Deadline
+
+WARPGROUP = 128
+Role = Callable[["Ctx", Reg], None]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A static shared-memory buffer of the kernel."""
+    name: str
+    nbytes: int
+    align: int = 128
+
+
+@dataclass(frozen=True)
+class Ring:
+    """``stages`` mbarriers expecting ``arrivals`` arrivals per phase."""
+    name: str
+    stages: int
+    arrivals: int = 1
+
+
+@dataclass
+class Ctx:
+    """What a role function can use: the builder, the world, bound PGLs and tensor maps, shared
+    buffers (as .u32 shared addresses), mbarrier rings, and the thread's index within its role."""
+    b: Builder
+    kernel: Kernel
+    rank: Reg
+    world: Reg
+    deadline: Deadline
+    layouts: dict[str, BoundLayout]
+    tmaps: dict[str, BoundTensorMaps]
+    smem: dict[str, Reg]
+    rings: dict[str, StageRing]
+    tid: Reg
+    role_tid: Reg | None = None
+    role_threads: int = 0
+    _params: dict = field(default_factory=dict)
+
+    def param(self, name: str) -> Reg:
+        """A scalar kernel parameter (loaded once), or a value stored with :meth:`let`."""
+        if name not in self._params:
+            self._params[name] = self.b.load_param(name)
+        return self._params[name]
+
+    def let(self, **values: Reg) -> None:
+        """Name registers computed once (e.g. in ``comm_tasks``) for the role functions to read."""
+        self._params.update(values)
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    params: tuple = ()
+    layouts: tuple[ParallelLayout, ...] = ()
+    tensor_maps: tuple[TensorMapTable, ...] = ()
+    buffers: tuple[Buffer, ...] = ()
+    rings: tuple[Ring, ...] = ()
+    consumers: int = 2                   # consumer warpgroups per compute block
+    producer_regs: int = 40
+    consumer_regs: int = 232
+    rebalance: bool = False              # emit setmaxnreg (needs sm_90a)
+    comm_threads: int | None = None      # threads per block when there is no compute side
+
+    @property
+    def threads(self) -> int:
+        return self.comm_threads or WARPGROUP * (1 + self.consumers)
+
+    def kernel_params(self) -> list[Param]:
+        out = list(self.params) + WorldParams.params() + Deadline.params() + [Param("num_comm_sms", u32)]
+        for lay in self.layouts:
+            out += lay.params()
+        for t in self.tensor_maps:
+            out += t.params()
+        return out
+
+    def build(self, *, num_tasks: Callable[[Ctx], object] | None = None, loader: Role | None = None,
+              consumer: Role | None = None, storer: Role | None = None,
+              comm_tasks: Callable[[Ctx], object] | None = None, communicator: Role | None = None,
+              rank_major_comm: bool = False, prologue: Callable[[Ctx], None] | None = None,
+              epilogue: Callable[[Ctx], None] | None = None) -> Kernel:
+        """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``."""
+        has_compute = any((loader, consumer, storer))
+        if has_compute and num_tasks is None:
+            raise PTXBuildError(f"{self.name}: compute roles need num_tasks")
+        if communicator is not None and comm_tasks is None:
+            raise PTXBuildError(f"{self.name}: a communicator needs comm_tasks")
+        if has_compute and self.comm_threads:
+            raise PTXBuildError(f"{self.name}: comm_threads is for kernels without compute roles")
+        k = Kernel(self.name, self.kernel_params(), max_threads=self.threads, min_blocks=1,
+                   target="sm_90a" if self.rebalance else None)
+        b = k.builder()
+        ctx = self._context(k, b)
+        if prologue:
+            prologue(ctx)
+        block, nblocks = b.special("ctaid.x"), b.special("nctaid.x")
+        first_comm = b.sub(u32, nblocks, ctx.param("num_comm_sms"), name="first_comm")
+        is_comm = b.setp("ge", u32, block, first_comm, name="is_comm")
+        with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
+            with comm_arm:
+                if communicator is not None:
+                    worker = b.sub(u32, block, first_comm, name="comm_worker")
+                    stride = ctx.param("num_comm_sms")
+                    if rank_major_comm:
+                        worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
+                        stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
+                    self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
+            with compute_arm:
+                if has_compute:
+                    self._compute(ctx, block, first_comm, num_tasks(ctx), loader, consumer, storer)
+        b.bar_sync(0)
+        if epilogue:
+            epilogue(ctx)
+        b.ret()
+        return k
+
+    # -------------------------------------------------------------------------------- pieces
+    def _context(self, k: Kernel, b: Builder) -> Ctx:
+        rank, world = WorldParams.load(b)
+        deadline = Deadline.start(b, rank)
+        layouts = {lay.name: lay.bind(b) for lay in self.layouts}
+        tmaps = {t.name: t.bind(b) for t in self.tensor_maps}
+        smem = {buf.name: b.mov(u32, k.shared(buf.name, buf.nbytes, buf.align), name=buf.name)
+                for buf in self.buffers}
+        rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
+                 for r in self.rings}
+        tid = b.special("tid.x")
+        if self.rings:
+            leader = b.setp("eq", u32, tid, 0, name="ring_leader")
+            for spec, ring in zip(self.rings, rings.values()):
+                ring.init(b, spec.arrivals, leader=leader)
+            b.bar_sync(0)
+        return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid)
+
+    @staticmethod
+    def _walk(ctx: Ctx, first, stride, num_tasks, role: Role, role_tid, role_threads: int) -> None:
+        """``for task in range(first, num_tasks, stride): role(ctx, task)`` with register bounds."""
+        b = ctx.b
+        task = b.mov(u32, first, name="task")
+        sub = Ctx(**{**ctx.__dict__, "role_tid": role_tid, "role_threads": role_threads,
+                     "_params": dict(ctx._params)})      # loads inside one role stay in that role
+        with b.loop("tasks") as lp:
+            lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
+            role(sub, task)
+            b.add(u32, task, stride, into=task)
+
+    def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer) -> None:
+        b = ctx.b
+        warpgroup = b.shr(u32, ctx.tid, 7, name="warpgroup")
+        is_producer = b.setp("eq", u32, warpgroup, 0, name="is_producer")
+        with b.if_else(is_producer, uniform=True) as (producer_arm, consumer_arm):
+            with producer_arm:
+                if self.rebalance:
+                    b.setmaxnreg("dec", self.producer_regs)
+                warp = b.shr(u32, ctx.tid, 5, name="warp")
+                lane = b.and_(u32, ctx.tid, 31, name="lane")
+                for index, role in ((0, loader), (1, storer)):
+                    if role is None:
+                        continue
+                    with b.if_then(b.setp("eq", u32, warp, index, name="is_role_warp"), uniform=True):
+                        self._walk(ctx, block, workers, num_tasks, role, lane, 32)
+            with consumer_arm:
+                if self.rebalance:
+                    b.setmaxnreg("inc", self.consumer_regs)
+                if consumer is not None:
+                    role_tid = b.sub(u32, ctx.tid, WARPGROUP, name="consumer_tid")
+                    self._walk(ctx, block, workers, num_tasks, consumer, role_tid, WARPGROUP * self.consumers)

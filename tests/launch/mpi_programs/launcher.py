@@ -1,0 +1,74 @@
+"""Run a program of this folder under the MPI launcher at hand and collect what each rank reported.
+
+MPICH's hydra (``pip install mpich``) on the CPU machines, Open MPI's mpirun on the GPU machine:
+the flavour is read from ``--version``. Programs report with :func:`report`, one JSON line each.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PROGRAMS = Path(__file__).resolve().parent
+REPO = PROGRAMS.parents[2]
+PREFIX = "PKPTX-RESULT "
+
+
+def report(rank: int, section: str, **data) -> None:
+    print(PREFIX + json.dumps({"rank": rank, "section": section, **data}), flush=True)
+
+
+def find_launcher() -> tuple[str, str] | None:
+    """(path, 'mpich' | 'openmpi') for the mpiexec next to sys.executable, else on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    for candidate in (str(beside) if beside.exists() else None, shutil.which("mpiexec"),
+                      shutil.which("mpirun")):
+        if candidate is None:
+            continue
+        try:
+            out = subprocess.run([candidate, "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        text = out.stdout + out.stderr
+        if "Open MPI" in text or "OpenRTE" in text:
+            return candidate, "openmpi"
+        if "HYDRA" in text or "MPICH" in text:
+            return candidate, "mpich"
+    return None
+
+
+def run(ranks: int, program: str, *args: str, env: dict[str, str] | None = None,
+        timeout: float = 120, survive_dead_ranks: bool = False):
+    """(CompletedProcess, {rank: {section: data}}) of ``program`` on ``ranks`` ranks.
+
+    ``survive_dead_ranks`` keeps the launcher from killing every rank when one exits early,
+    so the survivors can report what they saw.
+    """
+    found = find_launcher()
+    if found is None:
+        raise RuntimeError("no mpiexec/mpirun found")
+    path, flavour = found
+    extra = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+             **(env or {})}
+    cmd = [path]
+    if flavour == "openmpi":
+        cmd += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+        for name in extra:
+            cmd += ["-x", name]
+        if survive_dead_ranks:
+            extra.update(OMPI_MCA_orte_allowed_exit_without_sync="1",
+                         OMPI_MCA_orte_abort_on_non_zero_status="0")
+    elif survive_dead_ranks:
+        cmd.append("-disable-auto-cleanup")
+    cmd += ["-n", str(ranks), sys.executable, str(PROGRAMS / program), *args]
+    proc = subprocess.run(cmd, env={**os.environ, **extra}, capture_output=True, text=True,
+                          timeout=timeout)
+    results: dict[int, dict[str, dict]] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(PREFIX):
+            data = json.loads(line[len(PREFIX):])
+            results.setdefault(data.pop("rank"), {})[data.pop("section")] = data
+    return proc, results
