@@ -9,6 +9,7 @@ from importlib import import_module
 KERNEL_MODULES = (
     "pkptx.templates.kernels.copy",
     "pkptx.templates.kernels.all_reduce",
+    "pkptx.templates.kernels.gemm",
 )
 
 

@@ -19,12 +19,21 @@ def address(base, offset: int = 0) -> Addr:
     raise PTXBuildError(f"an address needs a register, symbol or parameter base, got {base!r}")
 
 
+def storage_type(ty: PtxType) -> PtxType:
+    """The bit type that moves a 16-bit float or packed pair: ``mov``/``ld``/``st`` have no .f16/.bf16/
+    .f16x2/.bf16x2 forms, so those values travel as .b16/.b32 while the register keeps its float type."""
+    if ty.name in ("f16", "bf16", "f16x2", "bf16x2"):
+        return ptx_type(f"b{ty.bits}")
+    return ty
+
+
 class DataOps:
     def mov(self, ty, src, *, into=None, name=None, pred=None) -> Reg:
-        """``mov.<ty> d, src`` (src: register, immediate, special register, symbol, or brace vector to pack)."""
+        """``mov.<ty> d, src`` (src: register, immediate, special register, symbol, or brace vector to pack).
+        A 16-bit float or packed-pair ``ty`` is moved as .b16/.b32 into a register of type ``ty``."""
         ty = ptx_type(ty)
         d = self._dest(ty, into, name)
-        self.emit("mov", d, src, types=(ty,), pred=pred)
+        self.emit("mov", d, src, types=(storage_type(ty),), pred=pred)
         return d
 
     def unpack(self, ty, src: Reg, parts: int, *, name=None) -> Vec:
@@ -76,15 +85,17 @@ class DataOps:
            prefetch=None, nc: bool = False, policy=None, into=None, name=None, pred=None):
         """``ld{.sem.scope}{.space}{.nc}{.cache}{.evict}{.prefetch}{.L2::cache_hint}{.vN}.<ty>``.
 
-        Returns a register, or a Vec of ``vec`` registers. 8/16-bit integers load into 32-bit registers.
+        Returns a register, or a Vec of ``vec`` registers. 8-bit integers load into 32-bit registers;
+        16-bit floats and packed pairs load as .b16/.b32 into registers of their own type.
         """
         ty = ptx_type(ty)
         reg_ty = ty if ty.bits >= 16 or ty.kind == "f" else ptx_type(f"{'b' if ty.kind == 'b' else ty.kind}32")
         if vec not in _VEC:
             raise PTXBuildError(f"ld: vec must be 1, 2 or 4, got {vec}")
         d = into if into is not None else (self.reg(reg_ty, name) if vec == 1 else self.regs(reg_ty, vec, name))
-        self.emit("ld", d, address(addr), policy, types=(ty,), pred=pred, sem=sem, scope=scope, space=space,
-                  nc=nc, cache=cache, evict=evict, prefetch=prefetch, hint=policy is not None, vec=_VEC[vec])
+        self.emit("ld", d, address(addr), policy, types=(storage_type(ty),), pred=pred, sem=sem, scope=scope,
+                  space=space, nc=nc, cache=cache, evict=evict, prefetch=prefetch, hint=policy is not None,
+                  vec=_VEC[vec])
         return d
 
     def st(self, ty, addr, value, *, space=None, sem=None, scope=None, cache=None, evict=None, policy=None,
@@ -93,8 +104,8 @@ class DataOps:
         n = len(value) if isinstance(value, (Vec, list, tuple)) else 1
         if n not in _VEC:
             raise PTXBuildError(f"st: a vector store takes 2 or 4 values, got {n}")
-        self.emit("st", address(addr), value, policy, types=(ty,), pred=pred, sem=sem, scope=scope, space=space,
-                  cache=cache, evict=evict, hint=policy is not None, vec=_VEC[n])
+        self.emit("st", address(addr), value, policy, types=(storage_type(ptx_type(ty)),), pred=pred, sem=sem,
+                  scope=scope, space=space, cache=cache, evict=evict, hint=policy is not None, vec=_VEC[n])
 
     def prefetch(self, addr, *, space=None, level=None, pred=None) -> None:
         """``prefetch{.space}.<level> [addr]``: level L1, L2, L2::evict_last, L2::evict_normal, or

@@ -291,30 +291,45 @@ def _check_setp(mods, types, ops):
     return None
 
 
+_HALF_ADD = ("f16", "bf16", "f16x2", "bf16x2")
+# op -> legal types, per instruction family (ptxas for sm_90 is the reference for these tables)
+ATOM_TYPES = {"add": ("u32", "s32", "u64", "f32", "f64") + _HALF_ADD, "min": INT32_64, "max": INT32_64,
+              "inc": ("u32",), "dec": ("u32",), "and": ("b32", "b64"), "or": ("b32", "b64"),
+              "xor": ("b32", "b64"), "exch": ("b32", "b64"), "cas": ("b32", "b64")}
+BULK_REDUCE_GLOBAL_TYPES = {"add": ("u32", "s32", "u64", "f32", "f64", "f16", "bf16"),
+                            "min": ("u32", "s32", "u64", "s64", "f16", "bf16"),
+                            "max": ("u32", "s32", "u64", "s64", "f16", "bf16"), "inc": ("u32",), "dec": ("u32",),
+                            "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64")}
+BULK_REDUCE_CLUSTER_TYPES = {"add": ("u32", "s32", "u64"), "min": ("u32", "s32"), "max": ("u32", "s32"),
+                             "inc": ("u32",), "dec": ("u32",), "and": ("b32",), "or": ("b32",), "xor": ("b32",)}
+
+
+def _op_type(table: dict, what: str, mods, types):
+    """The reduction operator must be defined on the type; 16-bit float adds are spelled .add.noftz."""
+    op, ty = mods["op"], types[0]
+    if ty not in table[op]:
+        return f"{what} '.{op}' is not defined on .{ty}; legal types: {' '.join('.' + t for t in table[op])}"
+    needs_noftz = op == "add" and ty in _HALF_ADD
+    if needs_noftz and not mods.get("noftz"):
+        return f"{what} '.add' on .{ty} is spelled .add.noftz"
+    if mods.get("noftz") and not needs_noftz:
+        return "'.noftz' is only legal with .add on 16-bit float types"
+    return None
+
+
 def _check_atom(mods, types, ops):
-    err = _scope_with_sem(mods)
+    err = _scope_with_sem(mods) or _op_type(ATOM_TYPES, "atom/red", mods, types)
     if err:
         return err
-    op, ty = mods["op"], types[0]
-    if op in ("and", "or", "xor") and not _is_bits(ty):
-        return f"atom/red '.{op}' needs a bit type (.b32/.b64), not .{ty}"
-    if op in ("inc", "dec") and ty != "u32":
-        return f"atom/red '.{op}' is only defined on .u32"
-    if op in ("min", "max") and _is_bits(ty):
-        return f"atom/red '.{op}' needs .u/.s/.f types, not .{ty}"
-    if op == "add" and _is_bits(ty):
-        return f"atom/red '.add' needs .u/.s/.f types, not .{ty}"
-    if op == "cas" and not _is_bits(ty):
-        return f"atom '.cas' needs a bit type, not .{ty}"
-    if (op == "cas") != (ops.get("c") is not None):
+    if (mods["op"] == "cas") != (ops.get("c") is not None):
         return "atom.cas takes a compare and a swap value; other ops take one value"
-    if op == "exch" and not _is_bits(ty):
-        return f"atom '.exch' needs a bit type, not .{ty}"
-    if ty in ("f16", "bf16", "f16x2", "bf16x2") and not (op == "add" and mods.get("noftz")):
-        return f"16-bit float atom/red is only .add.noftz, got .{op}"
-    if mods.get("noftz") and ty not in ("f16", "bf16", "f16x2", "bf16x2"):
-        return "'.noftz' is only legal on 16-bit float types"
     return _hint_needs_policy(mods, ops)
+
+
+def _check_bulk_reduce(table):
+    def check(mods, types, ops):
+        return _op_type(table, "cp.reduce.async.bulk", mods, types) or _hint_needs_policy(mods, ops)
+    return check
 
 
 def _check_fence(mods, types, ops):
@@ -341,27 +356,39 @@ def _check_tensor(mods, types, ops):
     return _hint_needs_policy(mods, ops)
 
 
+MULTIMEM_TYPES = {"add": ("u32", "s32", "u64", "f32", "f64") + HALF, "min": INT32_64 + HALF,
+                  "max": INT32_64 + HALF, "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64")}
+MULTIMEM_VEC = {"f32": ("v2", "v4"), "f16x2": ("v2", "v4"), "bf16x2": ("v2", "v4"), "f16": ("v2", "v4", "v8"),
+                "bf16": ("v2", "v4", "v8")}
+
+
 def _check_multimem(mods, types, ops):
-    ty, op = types[0], mods.get("op")
+    ty, op, vec = types[0], mods.get("op"), mods.get("vec")
     err = _scope_with_sem({"sem": mods.get("sem"), "scope": mods.get("scope")})
     if err:
         return err
-    if mods.get("acc") and ty not in HALF:
-        return f"'.acc::f32' is only legal with 16-bit float types, not .{ty}"
-    if mods.get("acc") and op != "add":
-        return "'.acc::f32' is only legal with .add"
-    if op in ("and", "or", "xor") and not _is_bits(ty):
-        return f"multimem '.{op}' needs .b32/.b64, not .{ty}"
-    if op in ("add", "min", "max", "inc", "dec") and _is_bits(ty):
-        return f"multimem '.{op}' needs .u/.s/.f types, not .{ty}"
-    if op in ("min", "max", "inc", "dec") and ty in ("f32", "f64"):
-        return f"multimem '.{op}' is not defined on .{ty} (only .add is)"
-    if mods.get("vec") and ty not in ("f32",) + HALF:
-        return f"vector multimem forms exist only for .f32 and 16-bit float types, not .{ty}"
-    if mods.get("vec") == "v8" and ty in ("f32", "f16x2", "bf16x2"):
-        return f".v8 is only legal with .f16/.bf16, not .{ty}"
+    if op is not None and ty not in MULTIMEM_TYPES[op]:
+        return (f"multimem '.{op}' is not defined on .{ty}; legal types: "
+                + " ".join("." + t for t in MULTIMEM_TYPES[op]))
+    if mods.get("acc") and (ty not in HALF or op != "add"):
+        return f"'.acc::f32' is only legal with .add on 16-bit float types, not .{op}.{ty}"
+    if vec and vec not in MULTIMEM_VEC.get(ty, ()):
+        legal = " ".join("." + v for v in MULTIMEM_VEC.get(ty, ())) or "none (scalar only)"
+        return f"'.{vec}' is not a legal vector width for multimem .{ty}; legal: {legal}"
+    if not vec and ty in ("f16", "bf16"):
+        return f"multimem on .{ty} needs a vector width (.v2 .v4 .v8); use .{ty}x2 for one register"
     data = "d" if "d" in ops else "b"
     return _vec_count(mods, list(ops.values()), list(ops).index(data))
+
+
+def _check_multimem_red(mods, types, ops):
+    op, ty = mods["op"], types[0]
+    if op in ("min", "max") and ty in ("f16x2", "bf16x2") and not mods.get("vec"):
+        return f"multimem.red '.{op}' on .{ty} needs a vector width (.v2 .v4)"
+    return _check_multimem(mods, types, ops)
+
+
+_WGMMA_ACC_REGS = {"f32": ("f32", "b32"), "s32": ("s32", "u32", "b32"), "f16": ("f16x2", "b32", "u32")}
 
 
 def _check_wgmma(register_a: bool):
@@ -387,6 +414,12 @@ def _check_wgmma(register_a: bool):
         regs = n // 2 if dtype in ("f32", "s32") else n // 4
         if len(ops["d"]) != regs:
             return f"wgmma {shape} with .{dtype} accumulators needs {regs} destination registers, got {len(ops['d'])}"
+        legal = _WGMMA_ACC_REGS[dtype]
+        bad = [r for r in ops["d"] if getattr(r, "type", None) is None or r.type.name not in legal]
+        if bad:
+            return (f"wgmma .{dtype} accumulators are 32-bit registers of type {' '.join('.' + t for t in legal)}"
+                    f"{' (each holds an f16x2 pair)' if dtype == 'f16' else ''}; got {bad[0].render()} "
+                    f"(.{getattr(bad[0], 'type', '?')})")
         if register_a and len(ops["a"]) != 4:
             return f"register-A wgmma takes 4 .b32 registers for A, got {len(ops['a'])}"
         transposable = atype in ("f16", "bf16")
@@ -427,6 +460,21 @@ def _check_redux(mods, types, ops):
     if mods["op"] in ("add", "min", "max") and types[0] not in ("u32", "s32"):
         return f"redux.sync .{mods['op']} needs .u32 or .s32"
     return None
+
+
+def _addr64(check=None):
+    """Wrap ``check`` with the rule that generic and .global addresses are 64-bit (``.address_size 64``):
+    a 32-bit register base only addresses a state space such as .shared (ptxas otherwise dies with a
+    line-less "32-Bit ABI is not supported")."""
+    def wrapped(mods, types, ops):
+        space = mods.get("space")
+        base = getattr(ops.get("addr"), "base", None)
+        if space in (None, "global") and getattr(base, "name", "").startswith("%") and base.type.bits == 32:
+            where = "a generic" if space is None else "a .global"
+            return (f"{where} address needs a 64-bit register; {base.name} is .{base.type} "
+                    f"(name a state space such as .shared::cta, or convert it with cvta)")
+        return check(mods, types, ops) if check else None
+    return wrapped
 
 
 def _check_mbar_sem(mods, types, ops):
@@ -488,14 +536,14 @@ spec("selp", "selp.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:R:pred", section="9.7.7.2",
 
 # 9.7.9 Data movement and conversion
 spec("mov", "mov.{T0}", ">d:RV:T0v a:RISYV:T0v", section="9.7.9.1",
-     T0=("pred",) + BITS + ("b128",) + INT + FLOATS + ("f16", "bf16"), versions=(("b128", (8, 3)),))
+     T0=("pred",) + BITS + ("b128",) + INT + FLOATS, versions=(("b128", (8, 3)),))
 spec("cvt", "cvt.{rnd?}.{ftz?}.{sat?}.{relu?}.{satfinite?}.{T0}.{T1}", ">d:R:T0w a:RIS:T1w b?:R:T1",
      section="9.7.9.21", rnd=RND_F + RND_I + ("rna",),
      T0=INT + ("u8", "s8") + FLOATS + HALF + ("tf32",), T1=INT + ("u8", "s8") + FLOATS + ("f16", "bf16"),
-     check=_check_cvt)
+     check=_check_cvt, versions=(("satfinite", (8, 1)),))
 spec("cvta", "cvta.{to?}.{space}.{T0}", ">d:R:T0 a:RY:T0", section="9.7.9.20",
      space=("global", "shared", "shared::cta", "shared::cluster", "local", "const", "param"),
-     T0=("u32", "u64"))
+     T0=("u64",))
 spec("ld", "ld.{sem?}.{scope?}.{space?}.{nc?}.{cache?}.{evict?}.{prefetch?}.{hint?}.{vec?}.{T0}",
      ">d:RV:T0w addr:A policy?:R:b64", section="9.7.9.8",
      sem=("weak", "relaxed", "acquire", "volatile"), scope=SCOPES,
@@ -503,17 +551,17 @@ spec("ld", "ld.{sem?}.{scope?}.{space?}.{nc?}.{cache?}.{evict?}.{prefetch?}.{hin
      cache=("ca", "cg", "cs", "lu", "cv"),
      evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
      prefetch=("L2::64B", "L2::128B", "L2::256B"), hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST,
-     check=_check_ldst(load=True), versions=(("b128", (8, 3)),))
+     check=_addr64(_check_ldst(load=True)), versions=(("b128", (8, 3)),))
 spec("st", "st.{sem?}.{scope?}.{space?}.{cache?}.{evict?}.{hint?}.{vec?}.{T0}", "addr:A b:RIV:T0w policy?:R:b64",
      section="9.7.9.9", sem=("weak", "relaxed", "release", "volatile"), scope=SCOPES,
      space=("global", "shared", "shared::cta", "shared::cluster", "local", "param"),
      cache=("wb", "cg", "cs", "wt"),
      evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
-     hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST, check=_check_ldst(load=False),
+     hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST, check=_addr64(_check_ldst(load=False)),
      versions=(("b128", (8, 3)),))
 spec("prefetch", "prefetch.{space?}.{level}", "addr:A", section="9.7.9.15",
      space=("global", "local", "const", "param"),
-     level=("L1", "L2", "L2::evict_last", "L2::evict_normal", "tensormap"), check=_check_prefetch,
+     level=("L1", "L2", "L2::evict_last", "L2::evict_normal", "tensormap"), check=_addr64(_check_prefetch),
      versions=(("tensormap", (8, 0)),))
 spec("mapa", "mapa.{space?}.{T0}", ">d:R:T0 a:RY:T0 rank:RI:u32", section="9.7.9.22",
      space=("shared::cluster",), T0=("u32", "u64"))
@@ -552,13 +600,13 @@ spec("atom", "atom.{sem?}.{scope?}.{space?}.{op}.{noftz?}.{hint?}.{T0}",
      space=("global", "shared", "shared::cta", "shared::cluster"),
      op=("and", "or", "xor", "cas", "exch", "add", "inc", "dec", "min", "max"), hint=("L2::cache_hint",),
      T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"),
-     check=_check_atom)
+     check=_addr64(_check_atom))
 spec("red", "red.{sem?}.{scope?}.{space?}.{op}.{noftz?}.{hint?}.{T0}", "addr:A b:RI:T0 policy?:R:b64",
      section="9.7.12.6", sem=("relaxed", "release"), scope=SCOPES,
      space=("global", "shared", "shared::cta", "shared::cluster"),
      op=("and", "or", "xor", "add", "inc", "dec", "min", "max"), hint=("L2::cache_hint",),
      T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"),
-     check=_check_atom)
+     check=_addr64(_check_atom))
 spec("shfl.sync", "shfl.sync.{mode}.b32", ">d:R:b32 a:RI:b32 b:RI:u32 c:RI:u32 mask:RI:u32", section="9.7.9.6",
      mode=("up", "down", "bfly", "idx"))
 spec("vote.sync", "vote.sync.{mode}.{T0}", ">d:R:T0 a:R:pred mask:RI:u32", section="9.7.12.10",
@@ -573,24 +621,25 @@ spec("griddepcontrol", "griddepcontrol.{action}", section="9.7.12.16", ptx=(7, 8
 # 9.7.12.15 mbarrier
 _MB = dict(sem=("release", "relaxed", "acquire"), scope=("cta", "cluster"), space=SMEM + ("shared::cluster",))
 spec("mbarrier.init", "mbarrier.init.{space?}.b64", "addr:A count:RI:u32", section="9.7.12.15.9", ptx=(7, 0),
-     space=SMEM)
-spec("mbarrier.inval", "mbarrier.inval.{space?}.b64", "addr:A", section="9.7.12.15.10", ptx=(7, 0), space=SMEM)
+     space=SMEM, check=_addr64())
+spec("mbarrier.inval", "mbarrier.inval.{space?}.b64", "addr:A", section="9.7.12.15.10", ptx=(7, 0), space=SMEM,
+     check=_addr64())
 spec("mbarrier.arrive", "mbarrier.arrive.{sem?}.{scope?}.{space?}.b64", ">state:RN:b64 addr:A count?:RI:u32",
-     section="9.7.12.15.13", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+     section="9.7.12.15.13", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
 spec("mbarrier.arrive_drop", "mbarrier.arrive_drop.{sem?}.{scope?}.{space?}.b64",
-     ">state:RN:b64 addr:A count?:RI:u32", section="9.7.12.15.14", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+     ">state:RN:b64 addr:A count?:RI:u32", section="9.7.12.15.14", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
 spec("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx.{sem?}.{scope?}.{space?}.b64",
-     ">state:RN:b64 addr:A tx:RI:u32", section="9.7.12.15.13", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+     ">state:RN:b64 addr:A tx:RI:u32", section="9.7.12.15.13", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
 spec("mbarrier.expect_tx", "mbarrier.expect_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
-     section="9.7.12.15.11", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+     section="9.7.12.15.11", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
 spec("mbarrier.complete_tx", "mbarrier.complete_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
-     section="9.7.12.15.12", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+     section="9.7.12.15.12", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
 for _wait in ("test_wait", "try_wait"):
     _hint = " hint?:RI:u32" if _wait == "try_wait" else ""
     spec(f"mbarrier.{_wait}", f"mbarrier.{_wait}.{{sem?}}.{{scope?}}.{{space?}}.b64",
-         f">p:R:pred addr:A state:R:b64{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_check_mbar_sem, **_MB)
+         f">p:R:pred addr:A state:R:b64{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
     spec(f"mbarrier.{_wait}.parity", f"mbarrier.{_wait}.parity.{{sem?}}.{{scope?}}.{{space?}}.b64",
-         f">p:R:pred addr:A parity:RI:u32{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_check_mbar_sem,
+         f">p:R:pred addr:A parity:RI:u32{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_addr64(_check_mbar_sem),
          **_MB)
 spec("mbarrier.pending_count", "mbarrier.pending_count.b64", ">d:R:u32 state:R:b64", section="9.7.12.15.17",
      ptx=(7, 0))
@@ -611,12 +660,12 @@ spec("cp.reduce.async.bulk.global.shared::cta",
      "dst:A src:A size:RI:u32 policy?:R:b64", section="9.7.9.25.4.2", ptx=(8, 0), hint=("L2::cache_hint",),
      op=("add", "min", "max", "inc", "dec", "and", "or", "xor"),
      T0=("b32", "b64", "u32", "s32", "u64", "s64", "f32", "f64", "f16", "bf16"),
-     check=lambda m, t, o: _check_atom(dict(m, op=m["op"]), t, dict(o, c=None)))
+     check=_check_bulk_reduce(BULK_REDUCE_GLOBAL_TYPES))
 spec("cp.reduce.async.bulk.shared::cluster.shared::cta",
      "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.{op}.{T0}",
      "dst:A src:A size:RI:u32 mbar:A", section="9.7.9.25.4.2", ptx=(8, 0),
      op=("add", "min", "max", "inc", "dec", "and", "or", "xor"), T0=("b32", "b64", "u32", "s32", "u64", "s64"),
-     check=lambda m, t, o: _check_atom(m, t, dict(o, c=None)))
+     check=_check_bulk_reduce(BULK_REDUCE_CLUSTER_TYPES))
 spec("cp.async.bulk.prefetch.L2.global", "cp.async.bulk.prefetch.L2.global.{hint?}", "src:A size:RI:u32 policy?:R:b64",
      section="9.7.9.25.4.3", ptx=(8, 0), hint=("L2::cache_hint",), check=lambda m, t, o: _hint_needs_policy(m, o))
 spec("cp.async.bulk.tensor.shared::cluster.global",
@@ -643,14 +692,13 @@ _MM = dict(scope=SCOPES, space=("global",), vec=("v2", "v4", "v8"),
            T0=("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "f16x2", "bf16", "bf16x2"))
 spec("multimem.ld_reduce", "multimem.ld_reduce.{sem?}.{scope?}.{space?}.{op}.{acc?}.{vec?}.{T0}",
      ">d:RV:T0 addr:A", section="9.7.12.14", ptx=(8, 1), sem=("weak", "relaxed", "acquire"),
-     op=("min", "max", "add", "and", "or", "xor"), acc=("acc::f32",), check=_check_multimem,
+     op=("min", "max", "add", "and", "or", "xor"), acc=("acc::f32",), check=_addr64(_check_multimem),
      versions=(("acc::f32", (8, 2)),), **_MM)
-spec("multimem.st", "multimem.st.{sem?}.{scope?}.{space?}.{vec?}.{T0}", "addr:A b:RV:T0", section="9.7.12.14",
-     ptx=(8, 1), sem=("weak", "relaxed", "release"), check=_check_multimem, **_MM)
-spec("multimem.red", "multimem.red.{sem?}.{scope?}.{space?}.{op}.{vec?}.{T0}", "addr:A b:RV:T0",
-     section="9.7.12.14", ptx=(8, 1), sem=("relaxed", "release"), op=("add", "min", "max", "and", "or", "xor",
-                                                                       "inc", "dec"),
-     check=_check_multimem, **_MM)
+spec("multimem.st", "multimem.st.{sem?}.{scope?}.{space?}.{vec?}.{T0}", "addr:A b:RIV:T0", section="9.7.12.14",
+     ptx=(8, 1), sem=("weak", "relaxed", "release"), check=_addr64(_check_multimem), **_MM)
+spec("multimem.red", "multimem.red.{sem?}.{scope?}.{space?}.{op}.{vec?}.{T0}", "addr:A b:RIV:T0",
+     section="9.7.12.14", ptx=(8, 1), sem=("relaxed", "release"), op=("add", "min", "max", "and", "or", "xor"),
+     check=_addr64(_check_multimem_red), **_MM)
 
 # 9.7.15 wgmma (sm_90a) and 9.7.19 setmaxnreg
 spec("wgmma.fence", "wgmma.fence.sync.aligned", section="9.7.15.5.1", ptx=(8, 0), target="sm_90a")
@@ -661,10 +709,10 @@ _WG = dict(shape=tuple(f"m64n{n}k{k}" for k in (8, 16, 32) for n in range(8, 257
            T0=("f32", "f16", "s32"), T1=("f16", "bf16", "tf32", "e4m3", "e5m2"),
            T2=("f16", "bf16", "tf32", "e4m3", "e5m2"))
 spec("wgmma.mma_async.ss", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
-     ">d:V:T0 a:R:b64 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
+     ">d:V:any a:R:b64 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=False), **_WG)
 spec("wgmma.mma_async.rs", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
-     ">d:V:T0 a:V:b32 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 tb?:I:s32", section="9.7.15.5.2",
+     ">d:V:any a:V:b32 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=True), **_WG)
 spec("setmaxnreg", "setmaxnreg.{action}.sync.aligned.u32", "n:I:u32", section="9.7.19.1", ptx=(8, 0),
      target="sm_90a", action=("inc", "dec"), check=_check_setmaxnreg)

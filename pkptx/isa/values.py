@@ -189,11 +189,12 @@ def special_registers() -> dict[str, Special]:
     names32 = [f"%{r}.{c}" for r in ("tid", "ntid", "ctaid", "nctaid", "clusterid", "nclusterid",
                                       "cluster_ctaid", "cluster_nctaid") for c in "xyz"]
     names32 += ["%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid", "%cluster_ctarank",
-                "%cluster_nctarank", "%is_explicit_cluster", "%dynamic_smem_size", "%total_smem_size",
+                "%cluster_nctarank", "%dynamic_smem_size", "%total_smem_size",
                 "%lanemask_eq", "%lanemask_lt", "%lanemask_le", "%lanemask_gt", "%lanemask_ge", "%clock"]
     names64 = ["%clock64", "%globaltimer"]
     out = {n: Special(n, u32) for n in names32}
     out.update({n: Special(n, u64) for n in names64})
+    out["%is_explicit_cluster"] = Special("%is_explicit_cluster", pred)
     return out
 
 

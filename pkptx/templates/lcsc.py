@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Kernel, Param, Reg, u32
+from ..isa import Builder, Kernel, Param, Reg, b32, u32
 from ..primitives import StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
@@ -74,13 +74,28 @@ class Template:
     params: tuple = ()
     layouts: tuple[ParallelLayout, ...] = ()
     tensor_maps: tuple[TensorMapTable, ...] = ()
-    buffers: tuple[Buffer, ...] = ()
+    buffers: tuple[Buffer, ...] = ()            # static .shared (48 KB at most in all)
+    dynamic_buffers: tuple[Buffer, ...] = ()    # carved, in order, from the dynamic window
     rings: tuple[Ring, ...] = ()
     consumers: int = 2                   # consumer warpgroups per compute block
     producer_regs: int = 40
     consumer_regs: int = 232
     rebalance: bool = False              # emit setmaxnreg (needs sm_90a)
     comm_threads: int | None = None      # threads per block when there is no compute side
+
+    @property
+    def dynamic_smem(self) -> int:
+        """Bytes of dynamic shared memory the carving needs (the window itself is 1024-aligned)."""
+        return self._carve()[-1][0] if self.dynamic_buffers else 0
+
+    def _carve(self) -> list[tuple[int, int]]:
+        """(end offset, start offset) of each dynamic buffer."""
+        out, cursor = [], 0
+        for buf in self.dynamic_buffers:
+            start = -(-cursor // buf.align) * buf.align
+            cursor = start + buf.nbytes
+            out.append((cursor, start))
+        return out
 
     @property
     def threads(self) -> int:
@@ -108,7 +123,7 @@ class Template:
         if has_compute and self.comm_threads:
             raise PTXBuildError(f"{self.name}: comm_threads is for kernels without compute roles")
         k = Kernel(self.name, self.kernel_params(), max_threads=self.threads, min_blocks=1,
-                   target="sm_90a" if self.rebalance else None)
+                   target="sm_90a" if self.rebalance else None, dynamic_smem=self.dynamic_smem)
         b = k.builder()
         ctx = self._context(k, b)
         if prologue:
@@ -142,6 +157,10 @@ class Template:
         tmaps = {t.name: t.bind(b) for t in self.tensor_maps}
         smem = {buf.name: b.mov(u32, k.shared(buf.name, buf.nbytes, buf.align), name=buf.name)
                 for buf in self.buffers}
+        if self.dynamic_buffers:
+            window = b.mov(u32, k.dynamic_shared(align=1024), name="dynamic_smem")
+            for buf, (_, start) in zip(self.dynamic_buffers, self._carve()):
+                smem[buf.name] = b.add(u32, window, start, name=buf.name)
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
                  for r in self.rings}
         tid = b.special("tid.x")
@@ -173,7 +192,7 @@ class Template:
                 if self.rebalance:
                     b.setmaxnreg("dec", self.producer_regs)
                 warp = b.shr(u32, ctx.tid, 5, name="warp")
-                lane = b.and_(u32, ctx.tid, 31, name="lane")
+                lane = b.and_(b32, ctx.tid, 31, name="lane")
                 for index, role in ((0, loader), (1, storer)):
                     if role is None:
                         continue

@@ -236,7 +236,7 @@ def _convert(sb: Sandbox):
         generic = b.cvta(u64, space, sb.gptr)
         b.cvta(u64, space, generic, to=True)
     b.cvta(u64, "shared", sb.smem_sym)
-    b.cvta(u32, "shared", sb.smem, to=True)
+    b.cvta(u64, "shared", sb.smem64, to=True)
 
 
 # ============================================================================ data movement
@@ -291,7 +291,8 @@ def _ld_st_types(sb: Sandbox):
             b.st(ty, sb.g(64), value, space="global")
     q = b.ld(b128, sb.g(), space="global")
     b.st(b128, sb.g(128), q, space="global")
-    b.ld(b128, sb.s(), sem="acquire", scope="gpu")
+    b.ld(b128, sb.s(), sem="acquire", scope="gpu", space="shared")
+    b.ld(b128, address(sb.smem64), sem="acquire", scope="cta")
     b.st(u32, sb.g(), [r(u32), 1, 2, r(u32)], space="global")
     b.st(f32, sb.g(), 1.0, space="global")
     b.st(u8, sb.g(), 7, space="global")
@@ -386,7 +387,7 @@ def _data(sb: Sandbox):
 
 # ============================================================================ atomics and fences
 ATOM_TYPED_OPS = [
-    ("add", (u32, u64, s32, s64, f32, f64)), ("min", (u32, u64, s32, s64)), ("max", (u32, u64, s32, s64)),
+    ("add", (u32, u64, s32, f32, f64)), ("min", (u32, u64, s32, s64)), ("max", (u32, u64, s32, s64)),
     ("and", (b32, b64)), ("or", (b32, b64)), ("xor", (b32, b64)), ("inc", (u32,)), ("dec", (u32,)),
     ("add", (f16, bf16, f16x2, bf16x2)),
 ]
@@ -531,8 +532,8 @@ def _bulk_copy(sb: Sandbox):
         for ty in types:
             b.bulk_reduce(op, ty, sb.g(), sb.s(), 256)
     b.bulk_reduce("add", f32, sb.g(), sb.s(), 256, policy=pol)
-    for op, ty in (("add", u32), ("min", s32), ("max", u64), ("inc", u32), ("dec", u32), ("and", b32),
-                   ("or", b64), ("xor", b32), ("add", u64)):
+    for op, ty in (("add", u32), ("add", s32), ("add", u64), ("min", u32), ("min", s32), ("max", u32),
+                   ("max", s32), ("inc", u32), ("dec", u32), ("and", b32), ("or", b32), ("xor", b32)):
         b.bulk_reduce_cluster(op, ty, address(remote), sb.s(), 128, bar)
     b.bulk_prefetch(sb.g(), 256)
     b.bulk_prefetch(sb.g(), 256, policy=pol)
@@ -563,10 +564,9 @@ def _tensor_copy(sb: Sandbox):
 
 
 # ============================================================================ multimem
-MULTIMEM_SCALAR = [("add", (u32, u64, s32, f32, f64)), ("min", (u32, s32, u64, s64)), ("max", (u32, s32, u64, s64)),
-                   ("and", (b32, b64)), ("or", (b32, b64)), ("xor", (b32, b64))]
-MULTIMEM_VECTOR = [(f32, (1, 2, 4)), (f16x2, (1, 2, 4)), (bf16x2, (1, 2, 4)), (f16, (1, 2, 4, 8)),
-                   (bf16, (1, 2, 4, 8))]
+MULTIMEM_SCALAR = [("add", (u32, u64, s32, f32, f64, f16x2, bf16x2)), ("min", (u32, s32, u64, s64)),
+                   ("max", (u32, s32, u64, s64)), ("and", (b32, b64)), ("or", (b32, b64)), ("xor", (b32, b64))]
+MULTIMEM_VECTOR = [(f32, (2, 4)), (f16x2, (1, 2, 4)), (bf16x2, (1, 2, 4)), (f16, (2, 4, 8)), (bf16, (2, 4, 8))]
 
 
 @group("multimem")
@@ -577,18 +577,21 @@ def _multimem(sb: Sandbox):
             b.multimem_ld_reduce(op, ty, mc, sem="relaxed", scope="sys")
     for ty, widths in MULTIMEM_VECTOR:
         for vec in widths:
-            for op in ("add", "min", "max"):
+            ops = ("add",) if ty is f32 else ("add", "min", "max")
+            for op in ops:
                 b.multimem_ld_reduce(op, ty, mc, sem="relaxed", scope="gpu", vec=vec)
-            if ty in (f16x2, bf16x2, f16, bf16):
+            if ty is not f32:
                 b.multimem_ld_reduce("add", ty, mc, sem="acquire", scope="sys", vec=vec, acc_f32=True)
             value = b.multimem_ld_reduce("add", ty, mc, sem="weak", scope=None, vec=vec)
             b.multimem_st(ty, mc, value, sem="relaxed", scope="sys")
-            b.multimem_red("add", ty, mc, value, sem="release", scope="sys")
+            for op in ops:
+                if vec > 1 or ty is f32 or op == "add":
+                    b.multimem_red(op, ty, mc, value, sem="release", scope="sys")
     for sem, scope in (("weak", None), ("relaxed", "cta"), ("acquire", "cluster"), ("relaxed", "gpu")):
         b.multimem_ld_reduce("add", u32, mc, sem=sem, scope=scope)
     for sem, scope in (("weak", None), ("relaxed", "cluster"), ("release", "gpu"), ("release", "sys")):
         b.multimem_st(u32, mc, sb.r(u32), sem=sem, scope=scope)
-    for op, types in MULTIMEM_SCALAR + [("inc", (u32,)), ("dec", (u32,))]:
+    for op, types in MULTIMEM_SCALAR:
         for ty in types:
             b.multimem_red(op, ty, mc, sb.r(ty), sem="relaxed", scope="sys")
     b.multimem_red("add", u32, mc, 1, sem="release", scope="sys")
@@ -602,7 +605,7 @@ WGMMA_SS = [(f32, "bf16"), (f32, "f16"), (f16, "f16"), (f32, "tf32"), (f32, "e4m
 @group("wgmma", archs=("sm_90a",))
 def _wgmma(sb: Sandbox):
     b, r = sb.b, sb.r
-    pool = {f32: b.regs(f32, 128, "acc"), f16: b.regs(b32, 64, "acch")}
+    pool = {f32: b.regs(f32, 128, "acc"), f16: b.regs(f16x2, 64, "acch")}
     desc = r(b64)
     a_regs = sb.vec(b32, 4)
     b.wgmma_fence()
@@ -641,8 +644,8 @@ def _control(sb: Sandbox):
         b.nanosleep(r(u32))
     with b.if_then(r(pred), uniform=True):
         b.trap()
-    b.brkpt()
-    b.pmevent(1)
+    b.emit("brkpt")
+    b.emit("pmevent", 1)
     b.exit(pred=r(pred))
     b.ret(pred=r(pred).negated())
     b.emit("ret", uni=True, pred=r(pred))

@@ -16,26 +16,25 @@ KDL_CPU = 1
 class HostExport:
     """Exports a numpy array's memory through pkptx's capsule code, as a CPU tensor."""
 
-    def __init__(self, arr: np.ndarray):
-        self.arr = arr
-        self.versions = []
+    def __init__(self, arr: np.ndarray, legacy: bool = False):
+        self.arr, self.legacy = arr, legacy
 
     def __dlpack_device__(self):
         return (KDL_CPU, 0)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        versioned = max_version is not None and max_version[0] >= 1
-        self.versions.append(versioned)
+        versioned = not self.legacy and max_version is not None and max_version[0] >= 1
         strides = tuple(s // self.arr.itemsize for s in self.arr.strides)
         return dlpack.make_capsule(self.arr.ctypes.data, self.arr.shape, strides, self.arr.dtype, 0, self.arr,
                                    versioned=versioned, device_type=KDL_CPU)
 
 
+@pytest.mark.parametrize("legacy", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "int16", "uint8", "float64", "complex64", "bool"])
-def test_numpy_consumes_our_capsule(dtype):
+def test_numpy_consumes_our_capsule(dtype, legacy):
     src = (np.arange(24) % 7).astype(dtype).reshape(4, 6)
     before = len(dlpack._exports)
-    producer = HostExport(src)
+    producer = HostExport(src, legacy)
     view = np.from_dlpack(producer)
     assert view.ctypes.data == src.ctypes.data and view.dtype == src.dtype
     np.testing.assert_array_equal(view, src)

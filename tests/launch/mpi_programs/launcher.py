@@ -1,7 +1,8 @@
 """Run a program of this folder under the MPI launcher at hand and collect what each rank reported.
 
 MPICH's hydra (``pip install mpich``) on the CPU machines, Open MPI's mpirun on the GPU machine:
-the flavour is read from ``--version``. Programs report with :func:`report`, one JSON line each.
+the flavour is read from ``--version``. Programs report with :func:`report`: one JSON line per
+section into a file per rank (lines of several ranks on one stdout can interleave).
 """
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 PROGRAMS = Path(__file__).resolve().parent
 REPO = PROGRAMS.parents[2]
-PREFIX = "PKPTX-RESULT "
+RESULTS_ENV = "PKPTX_TEST_RESULTS"
 
 
 def report(rank: int, section: str, **data) -> None:
-    print(PREFIX + json.dumps({"rank": rank, "section": section, **data}), flush=True)
+    with open(Path(os.environ[RESULTS_ENV]) / f"rank{rank}.jsonl", "a") as out:
+        out.write(json.dumps({"section": section, **data}) + "\n")
 
 
 def find_launcher() -> tuple[str, str] | None:
@@ -50,25 +53,27 @@ def run(ranks: int, program: str, *args: str, env: dict[str, str] | None = None,
     found = find_launcher()
     if found is None:
         raise RuntimeError("no mpiexec/mpirun found")
-    path, flavour = found
-    extra = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-             **(env or {})}
-    cmd = [path]
-    if flavour == "openmpi":
-        cmd += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-        for name in extra:
-            cmd += ["-x", name]
-        if survive_dead_ranks:
-            extra.update(OMPI_MCA_orte_allowed_exit_without_sync="1",
-                         OMPI_MCA_orte_abort_on_non_zero_status="0")
-    elif survive_dead_ranks:
-        cmd.append("-disable-auto-cleanup")
-    cmd += ["-n", str(ranks), sys.executable, str(PROGRAMS / program), *args]
-    proc = subprocess.run(cmd, env={**os.environ, **extra}, capture_output=True, text=True,
-                          timeout=timeout)
-    results: dict[int, dict[str, dict]] = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith(PREFIX):
-            data = json.loads(line[len(PREFIX):])
-            results.setdefault(data.pop("rank"), {})[data.pop("section")] = data
+    launcher, flavour = found
+    with tempfile.TemporaryDirectory(prefix="pkptx-mpi-") as folder:
+        pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        extra = {"PYTHONPATH": pythonpath, RESULTS_ENV: folder, **(env or {})}
+        cmd = [launcher]
+        if flavour == "openmpi":
+            cmd += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+            for name in extra:
+                cmd += ["-x", name]
+            if survive_dead_ranks:  # read by mpirun itself
+                extra.update(OMPI_MCA_orte_allowed_exit_without_sync="1",
+                             OMPI_MCA_orte_abort_on_non_zero_status="0")
+        elif survive_dead_ranks:
+            cmd.append("-disable-auto-cleanup")
+        cmd += ["-n", str(ranks), sys.executable, str(PROGRAMS / program), *args]
+        proc = subprocess.run(cmd, env={**os.environ, **extra}, capture_output=True, text=True,
+                              timeout=timeout)
+        results: dict[int, dict[str, dict]] = {}
+        for file in Path(folder).glob("rank*.jsonl"):
+            rank = int(file.stem[len("rank"):])
+            for line in file.read_text().splitlines():
+                data = json.loads(line)
+                results.setdefault(rank, {})[data.pop("section")] = data
     return proc, results
