@@ -20,6 +20,13 @@ def tensor_ref(tmap, coords) -> TensorRef:
     return TensorRef(tmap, coords)
 
 
+def _offsets(values):
+    """im2col offsets as a brace vector (16-bit registers or immediates), or None."""
+    if values is None:
+        return None
+    return Vec(tuple(Imm(v) if isinstance(v, int) else v for v in values))
+
+
 def _dim(coords) -> str:
     n = len(coords)
     if not 1 <= n <= 5:
@@ -66,12 +73,15 @@ class AsyncOps:
         self.emit("cp.async.bulk.prefetch.L2.global", address(src_global), size, policy, hint=policy is not None)
 
     # -------------------------------------------------------------- tensor (TMA) copies
-    def tensor_load(self, dst_smem, tmap, coords, mbar, *, multicast_mask=None, policy=None, pred=None):
-        """``cp.async.bulk.tensor.<n>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
-        {.multicast::cluster} [dst], [tmap, {coords}], [mbar]{, mask}{, policy}``."""
+    def tensor_load(self, dst_smem, tmap, coords, mbar, *, multicast_mask=None, policy=None, im2col_offsets=None,
+                    pred=None):
+        """``cp.async.bulk.tensor.<n>d.shared::cluster.global.{tile|im2col}.mbarrier::complete_tx::bytes
+        {.multicast::cluster} [dst], [tmap, {coords}], [mbar]{, {offsets}}{, mask}{, policy}``.
+        ``im2col_offsets`` (n-2 16-bit values) selects the .im2col mode."""
         self.emit("cp.async.bulk.tensor.shared::cluster.global", address(dst_smem), tensor_ref(tmap, coords),
-                  address(mbar), multicast_mask, policy, pred=pred, dim=_dim(coords), load_mode="tile",
-                  multicast=multicast_mask is not None, hint=policy is not None)
+                  address(mbar), _offsets(im2col_offsets), multicast_mask, policy, pred=pred, dim=_dim(coords),
+                  load_mode="tile" if im2col_offsets is None else "im2col", multicast=multicast_mask is not None,
+                  hint=policy is not None)
 
     def tensor_store(self, tmap, coords, src_smem, *, policy=None, pred=None):
         """``cp.async.bulk.tensor.<n>d.global.shared::cta.tile.bulk_group [tmap, {coords}], [src]``."""
@@ -84,10 +94,11 @@ class AsyncOps:
         self.emit("cp.reduce.async.bulk.tensor", tensor_ref(tmap, coords), address(src_smem), policy, pred=pred,
                   dim=_dim(coords), op=op, load_mode="tile", hint=policy is not None)
 
-    def tensor_prefetch(self, tmap, coords, *, policy=None, pred=None):
-        """``cp.async.bulk.prefetch.tensor.<n>d.L2.global.tile [tmap, {coords}]``."""
-        self.emit("cp.async.bulk.prefetch.tensor", tensor_ref(tmap, coords), policy, pred=pred,
-                  dim=_dim(coords), load_mode="tile", hint=policy is not None)
+    def tensor_prefetch(self, tmap, coords, *, policy=None, im2col_offsets=None, pred=None):
+        """``cp.async.bulk.prefetch.tensor.<n>d.L2.global.{tile|im2col} [tmap, {coords}]{, {offsets}}``."""
+        self.emit("cp.async.bulk.prefetch.tensor", tensor_ref(tmap, coords), _offsets(im2col_offsets), policy,
+                  pred=pred, dim=_dim(coords), load_mode="tile" if im2col_offsets is None else "im2col",
+                  hint=policy is not None)
 
     def bulk_commit_group(self, *, pred=None):
         """``cp.async.bulk.commit_group``: close the thread's current bulk group."""

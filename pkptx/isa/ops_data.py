@@ -60,7 +60,8 @@ class DataOps:
         return self.ld(p.type, address(p), space="param", name=name or p.name)
 
     def param_address(self, param, *, name=None) -> Reg:
-        """``mov.u64 d, param``: the address of a by-value parameter such as a 128-byte tensor map."""
+        """``mov.u64 d, param``: the param-space address of a by-value parameter. TMA wants a generic
+        address: convert with ``cvta.param`` (``primitives.tma.tensor_map_param`` does both)."""
         p = self.kernel.param(param) if isinstance(param, str) else param
         return self.mov(u64, p.symbol, name=name or f"{p.name}_addr")
 

@@ -176,8 +176,43 @@ def _check_ldst(load: bool):
     return check
 
 
+_NARROW_FLOATS = ("f16", "f16x2", "bf16", "bf16x2", "tf32")
+
+
+def _int_may_overflow(dst: str, src: str) -> bool:
+    """Whether an integer conversion can leave the destination's range (so .sat means something)."""
+    dbits, sbits = int(dst[1:]), int(src[1:])
+    if dst[0] == src[0]:
+        return dbits < sbits
+    return src[0] == "s" or dbits <= sbits          # signed -> unsigned, or unsigned -> no wider signed
+
+
+def _check_cvt_flags(mods, dst: str, src: str):
+    """.ftz/.sat/.relu/.satfinite each exist only for some conversions (ptxas for sm_90 is the reference)."""
+    rnd = mods.get("rnd")
+    if mods.get("ftz") and ("f32" not in (dst, src) or dst in ("tf32", "f16x2", "bf16x2")):
+        return f"'.ftz' only applies to conversions to or from .f32 (not .{src} -> .{dst})"
+    if mods.get("sat"):
+        odd = {dst, src} & {"bf16", "bf16x2", "f16x2", "tf32"}
+        if odd:
+            return f"'.sat' is not defined for conversions involving .{sorted(odd)[0]}"
+        if dst[0] in "us" and src[0] in "us" and not _int_may_overflow(dst, src):
+            return f"'.sat' is meaningless for .{src} -> .{dst} (the value always fits)"
+    if mods.get("relu") and not (dst in _NARROW_FLOATS and src == "f32" and rnd in ("rn", "rz")):
+        return "'.relu' is only legal converting .f32 to .f16/.bf16/.f16x2/.bf16x2/.tf32 with .rn or .rz"
+    if mods.get("satfinite"):
+        legal = (dst in ("f16", "f16x2", "bf16", "bf16x2") and rnd in ("rn", "rz")) or (dst == "tf32" and rnd == "rna")
+        if src != "f32" or not legal:
+            return ("'.satfinite' is only legal converting .f32 to .f16/.bf16/.f16x2/.bf16x2 with .rn/.rz, "
+                    "or to .tf32 with .rna")
+    return None
+
+
 def _check_cvt(mods, types, ops):
     dst, src = types
+    err = _check_cvt_flags(mods, dst, src)
+    if err:
+        return err
     dst_f, src_f = dst[0] in "fbt" and dst not in BITS, src[0] in "fbt" and src not in BITS
     rnd = mods.get("rnd")
     width = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "tf32": 32, "f16x2": 32, "bf16x2": 32}
@@ -189,11 +224,20 @@ def _check_cvt(mods, types, ops):
         return None
     if ops.get("b") is not None:
         return "only packing conversions (to .f16x2/.bf16x2) take a second source"
+    if dst == "tf32":
+        if src != "f32" or rnd not in ("rna", "rn", "rz"):
+            return f"cvt to .tf32 converts .f32 with .rna, .rn or .rz, not .{src} with {rnd and '.' + rnd}"
+        return None
+    if rnd == "rna":
+        return "'.rna' is only legal for cvt.rna.tf32.f32"
+    if "bf16" in (dst, src) and {dst, src} & {"u8", "s8"}:
+        return f"cvt between .bf16 and 8-bit integers is not defined (.{src} -> .{dst}); go through .s16/.u16"
     if dst_f and src_f:
-        if {dst, src} == {"f16", "bf16"}:           # same width, different format: rounding optional
+        if {dst, src} == {"f16", "bf16"} or (src == "bf16" and dst in FLOATS):
+            # same width or from bf16: rounding optional (ptxas accepts it)
             return None if rnd in (None,) + RND_F else f"cvt .{src} -> .{dst} takes .rn .rz .rm .rp or nothing"
-        narrowing = width.get(dst, 0) < width.get(src, 0) or dst == "tf32"
-        if narrowing and rnd not in RND_F + ("rna",):
+        narrowing = width.get(dst, 0) < width.get(src, 0)
+        if narrowing and rnd not in RND_F:
             return f"narrowing float conversion .{src} -> .{dst} needs a rounding mode: .rn .rz .rm .rp"
         if not narrowing and rnd in RND_F:
             return f"widening float conversion .{src} -> .{dst} takes no rounding mode"
@@ -221,56 +265,90 @@ def _check_prefetch(mods, types, ops):
     return None
 
 
-def _float_only(*flag_groups):
+# Which rounding modes and flags each float type takes, per instruction family (ptxas for sm_90 is the
+# reference): type -> (legal .rnd options, rounding required, legal flag groups).
+_FX = {"f32": (RND_F, {"ftz", "sat"}), "f64": (RND_F, set()), "f16": (("rn",), {"ftz", "sat"}),
+       "f16x2": (("rn",), {"ftz", "sat"}), "bf16": (("rn",), set()), "bf16x2": (("rn",), set())}
+FLOAT_RULES = {
+    "add": {t: (rnd, False, flags) for t, (rnd, flags) in _FX.items()},
+    "fma": {t: ((RND_F if t.startswith("bf16") else rnd), True, flags) for t, (rnd, flags) in _FX.items()},
+    "mad": {"f32": (RND_F, True, {"ftz", "sat"}), "f64": (RND_F, True, set())},
+    "min": {"f32": ((), False, {"ftz", "nan"}), "f64": ((), False, set()), "f16": ((), False, {"ftz", "nan"}),
+            "f16x2": ((), False, {"ftz", "nan"}), "bf16": ((), False, {"nan"}), "bf16x2": ((), False, {"nan"})},
+    "abs": {"f32": ((), False, {"ftz"}), "f64": ((), False, set()), "f16": ((), False, {"ftz"}),
+            "f16x2": ((), False, {"ftz"}), "bf16": ((), False, set()), "bf16x2": ((), False, set())},
+}
+_FLAG_GROUPS = ("ftz", "sat", "nan", "cc")
+
+
+def _arith(family: str):
+    """Modifier rules of add/sub/mul/mad/fma/min/max/abs/neg: floats by FLOAT_RULES; integers take a
+    .hi/.lo/.wide mode for mul/mad, .cc (32/64-bit) and .sat (.s32) for add/sub, .hi.sat.s32 for mad."""
     def check(mods, types, ops):
-        ty = types[0]
-        is_float = ty in FLOATS or ty in HALF
-        for g in flag_groups:
-            if mods.get(g) and not is_float and not (g == "sat" and ty == "s32"):
-                return f"'.{mods[g]}' is only legal on floating-point types, not .{ty}"
-        if "rnd" in mods and mods.get("rnd") and ty in HALF and mods["rnd"] != "rn":
-            return f".{ty} arithmetic only rounds with .rn"
+        ty, rnd, mode = types[0], mods.get("rnd"), mods.get("mode")
+        flags = {g for g in _FLAG_GROUPS if mods.get(g)}
+        if ty in INT:
+            if rnd:
+                return f"'.{rnd}' is only legal on floating-point types, not .{ty}"
+            if family in ("mul", "mad") and not mode:
+                return f"integer {family} .{ty} needs one of .hi .lo .wide"
+            if mode == "wide" and ty in ("u64", "s64"):
+                return ".wide is only legal on 16- and 32-bit integers"
+            legal = set()
+            if family == "add":
+                legal = ({"cc"} if ty in INT32_64 else set()) | ({"sat"} if ty == "s32" else set())
+            if family == "mad" and ty == "s32" and mode == "hi":
+                legal = {"sat"}
+            if flags - legal:
+                bad = sorted(flags - legal)[0]
+                return f"'.{mods[bad]}' is not legal on {family} .{ty}" + (
+                    "; .cc is for 32/64-bit add/sub" if bad == "cc" else "")
+            if {"cc", "sat"} <= flags:
+                return "'.cc' and '.sat' cannot be combined"
+            return None
+        if mode:
+            return f"'.{mode}' is only legal on integer types, not .{ty}"
+        rule = FLOAT_RULES["add" if family == "mul" else family].get(ty)
+        if rule is None:
+            return f"{family} is not defined on .{ty}"
+        rnds, required, legal = rule
+        if rnd and rnd not in rnds:
+            return f"{family}.{ty} rounds with {' '.join('.' + r for r in rnds) or 'no rounding mode'}, not .{rnd}"
+        if required and not rnd:
+            return f"{family}.{ty} needs a rounding mode: {' '.join('.' + r for r in rnds)}"
+        if flags - legal:
+            bad = sorted(flags - legal)[0]
+            return (f"'.{mods[bad]}' is not legal on {family}.{ty}; legal flags: "
+                    + (" ".join("." + ("NaN" if f == "nan" else f) for f in sorted(legal)) or "none"))
         return None
     return check
 
 
-def _check_mul(mods, types, ops):
-    ty = types[0]
-    is_int = ty in INT
-    if is_int and not mods.get("mode"):
-        return f"integer mul/mad .{ty} needs one of .hi .lo .wide"
-    if not is_int and mods.get("mode"):
-        return f"'.{mods['mode']}' is only legal on integer types, not .{ty}"
-    if mods.get("mode") == "wide" and ty in ("u64", "s64"):
-        return ".wide is only legal on 16- and 32-bit integers"
-    if ty in FLOATS and types[0] and mods.get("key_mad") and not mods.get("rnd"):
-        return "float mad needs a rounding mode"
-    return _float_only("rnd", "ftz", "sat")(mods, types, ops)
-
-
-def _check_mad(mods, types, ops):
-    if types[0] in FLOATS + HALF and not mods.get("rnd"):
-        return f"float mad .{types[0]} needs a rounding mode: .rn .rz .rm .rp"
-    return _check_mul(mods, types, ops)
-
-
-def _check_fma(mods, types, ops):
-    if not mods.get("rnd"):
-        return "fma needs a rounding mode: .rn .rz .rm .rp"
-    return _float_only("rnd", "ftz", "sat")(mods, types, ops)
-
-
 def _check_div(mods, types, ops):
     ty, mode = types[0], mods.get("mode")
-    if ty in INT and mode:
-        return f"integer div takes no mode, got .{mode}"
+    if ty in INT and (mode or mods.get("ftz")):
+        return f"integer div takes no modifiers, got .{mode or 'ftz'}"
     if ty == "f32" and not mode:
         return "div.f32 needs one of .approx .full .rn .rz .rm .rp"
     if ty == "f64" and mode not in RND_F:
         return "div.f64 needs one of .rn .rz .rm .rp"
-    if mode in ("approx", "full") and ty != "f32":
-        return f"'.{mode}' is only legal on .f32"
+    if ty == "f64" and mods.get("ftz"):
+        return "'.ftz' is only legal on div.f32"
     return None
+
+
+def _special_fn(op: str):
+    """rcp/sqrt/rsqrt/ex2/lg2/sin/cos/tanh: which of .approx/.rnd and .ftz each type takes."""
+    def check(mods, types, ops):
+        ty, mode, ftz = types[0], mods["mode"], mods.get("ftz")
+        if op == "tanh" and ftz:
+            return "tanh.approx.f32 takes no .ftz"
+        if ty == "f64" and op == "sqrt" and (mode == "approx" or ftz):
+            return "sqrt.f64 takes .rn .rz .rm .rp and no .ftz"
+        if ty == "f64" and op == "rcp" and mode == "approx" and not ftz:
+            return "rcp.approx.f64 is only defined with .ftz (rcp.approx.ftz.f64)"
+        return None
+    return check
 
 
 def _check_setp(mods, types, ops):
@@ -349,6 +427,13 @@ def _check_tensor(mods, types, ops):
         return f"a .{mods['dim']} tensor copy takes {dims} coordinate(s), got {len(ref.coords)}"
     if mods.get("load_mode", "tile") != "tile" and dims < 3:
         return "im2col modes need at least 3 dimensions"
+    offsets = ops.get("offsets")
+    if mods.get("load_mode") == "im2col":
+        got = len(offsets) if offsets is not None else 0
+        if got != dims - 2:
+            return f"a .{mods['dim']}.im2col copy takes {dims - 2} 16-bit im2col offset(s) {{..}}, got {got}"
+    elif offsets is not None:
+        return "im2col offsets are only legal with .im2col"
     if "multicast" in mods or "mask" in ops:
         err = _check_bulk_load(mods, types, ops)
         if err:
@@ -478,9 +563,21 @@ def _addr64(check=None):
 
 
 def _check_mbar_sem(mods, types, ops):
-    if mods.get("scope") and not mods.get("sem"):
-        return "an mbarrier scope needs a semantics qualifier (.release / .acquire / .relaxed)"
+    sem, scope = mods.get("sem"), mods.get("scope")
+    if scope and not sem:
+        return f"an mbarrier scope '.{scope}' needs a semantics qualifier (.release / .acquire / .relaxed)"
+    if sem and not scope:
+        return f"mbarrier '.{sem}' needs a scope: .cta or .cluster"
     return None
+
+
+def _check_mbar_arrive(mods, types, ops):
+    """An arrive on a remote barrier (.shared::cluster) returns no state: its destination is the sink ``_``."""
+    state = ops.get("state")
+    if mods.get("space") == "shared::cluster" and getattr(state, "name", "_") != "_":
+        return ("an arrive on .shared::cluster returns no state; its destination must be the sink _ "
+                f"(b.sink()), not {state.render()}")
+    return _check_mbar_sem(mods, types, ops)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -488,24 +585,24 @@ def _check_mbar_sem(mods, types, ops):
 # 9.7.1 Integer and 9.7.3 floating-point arithmetic
 for _op in ("add", "sub"):
     spec(_op, f"{_op}.{{rnd?}}.{{ftz?}}.{{sat?}}.{{cc?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0",
-         section="9.7.1.1/9.7.3.1", rnd=RND_F, T0=INT + FLOATS + HALF, check=_float_only("rnd", "ftz", "sat"))
+         section="9.7.1.1/9.7.3.1", rnd=RND_F, T0=INT + FLOATS + HALF, check=_arith("add"))
 for _op in ("addc", "subc"):
     spec(_op, f"{_op}.{{cc?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.2", T0=INT32_64)
 spec("mul", "mul.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RI:T0 b:RI:T0", section="9.7.1.3/9.7.3.5",
-     mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS + HALF, check=_check_mul)
+     mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS + HALF, check=_arith("mul"))
 spec("mad", "mad.{mode?}.{rnd?}.{ftz?}.{sat?}.{T0}", ">d:R:T0x2 a:RI:T0 b:RI:T0 c:RI:T0x2",
-     section="9.7.1.4/9.7.3.6", mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS, check=_check_mad)
+     section="9.7.1.4/9.7.3.6", mode=("hi", "lo", "wide"), rnd=RND_F, T0=INT + FLOATS, check=_arith("mad"))
 spec("fma", "fma.{rnd}.{ftz?}.{sat?}.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0 c:RI:T0", section="9.7.3.6/9.7.4.5",
-     rnd=RND_F, T0=FLOATS + HALF, check=_check_fma)
+     rnd=RND_F, T0=FLOATS + HALF, check=_arith("fma"))
 spec("div", "div.{mode?}.{ftz?}.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.1.6/9.7.3.8",
      mode=("approx", "full") + RND_F, T0=INT + FLOATS, check=_check_div)
 spec("rem", "rem.{T0}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.1.7", T0=INT)
 for _op in ("abs", "neg"):
     spec(_op, f"{_op}.{{ftz?}}.{{T0}}", ">d:R:T0 a:R:T0", section="9.7.1.8/9.7.3.10",
-         T0=("s16", "s32", "s64") + FLOATS + HALF, check=_float_only("ftz"))
+         T0=("s16", "s32", "s64") + FLOATS + HALF, check=_arith("abs"))
 for _op in ("min", "max"):
     spec(_op, f"{_op}.{{ftz?}}.{{nan?}}.{{T0}}", ">d:R:T0 a:RI:T0 b:RI:T0", section="9.7.1.10/9.7.3.11",
-         nan=("NaN",), T0=INT + FLOATS + HALF, check=_float_only("ftz", "nan"))
+         nan=("NaN",), T0=INT + FLOATS + HALF, check=_arith("min"))
 for _op, _modes in (("rcp", ("approx",) + RND_F), ("sqrt", ("approx",) + RND_F), ("rsqrt", ("approx",)),
                     ("ex2", ("approx",)), ("lg2", ("approx",)), ("sin", ("approx",)), ("cos", ("approx",)),
                     ("tanh", ("approx",))):
@@ -585,7 +682,7 @@ spec("barrier.cluster.arrive", "barrier.cluster.arrive.{sem?}.{aligned?}", secti
      sem=("release", "relaxed"), versions=(("relaxed", (8, 0)),))
 spec("barrier.cluster.wait", "barrier.cluster.wait.{sem?}.{aligned?}", section="9.7.12.2", sem=("acquire",))
 spec("membar", "membar.{level}", section="9.7.12.4", level=("cta", "gl", "sys"))
-spec("fence", "fence.{sem}.{scope}", section="9.7.12.4", sem=("sc", "acq_rel"), scope=SCOPES)
+spec("fence", "fence.{sem?}.{scope}", section="9.7.12.4", sem=("sc", "acq_rel"), scope=SCOPES)
 spec("fence.proxy.async", "fence.proxy.async.{space?}", section="9.7.12.4",
      space=("shared::cta", "shared::cluster", "global"), ptx=(8, 0))
 spec("fence.proxy.alias", "fence.proxy.alias", section="9.7.12.4", ptx=(7, 5))
@@ -618,29 +715,33 @@ spec("activemask", "activemask.b32", ">d:R:b32", section="9.7.12.11")
 spec("griddepcontrol", "griddepcontrol.{action}", section="9.7.12.16", ptx=(7, 8),
      action=("launch_dependents", "wait"))
 
-# 9.7.12.15 mbarrier
-_MB = dict(sem=("release", "relaxed", "acquire"), scope=("cta", "cluster"), space=SMEM + ("shared::cluster",))
+# 9.7.12.15 mbarrier. A .sem and a .scope go together; .relaxed on arrive/wait forms is PTX 8.6.
+_MB_SCOPE = dict(scope=("cta", "cluster"))
+_MB_ARRIVE = dict(sem=("release", "relaxed"), space=SMEM + ("shared::cluster",), versions=(("relaxed", (8, 6)),),
+                  check=_addr64(_check_mbar_arrive), **_MB_SCOPE)
+_MB_TX = dict(sem=("relaxed",), space=SMEM + ("shared::cluster",), check=_addr64(_check_mbar_sem), **_MB_SCOPE)
+_MB_WAIT = dict(sem=("acquire", "relaxed"), space=SMEM, versions=(("relaxed", (8, 6)),),
+                check=_addr64(_check_mbar_sem), **_MB_SCOPE)
 spec("mbarrier.init", "mbarrier.init.{space?}.b64", "addr:A count:RI:u32", section="9.7.12.15.9", ptx=(7, 0),
      space=SMEM, check=_addr64())
 spec("mbarrier.inval", "mbarrier.inval.{space?}.b64", "addr:A", section="9.7.12.15.10", ptx=(7, 0), space=SMEM,
      check=_addr64())
 spec("mbarrier.arrive", "mbarrier.arrive.{sem?}.{scope?}.{space?}.b64", ">state:RN:b64 addr:A count?:RI:u32",
-     section="9.7.12.15.13", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
+     section="9.7.12.15.13", ptx=(8, 0), **_MB_ARRIVE)
 spec("mbarrier.arrive_drop", "mbarrier.arrive_drop.{sem?}.{scope?}.{space?}.b64",
-     ">state:RN:b64 addr:A count?:RI:u32", section="9.7.12.15.14", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
+     ">state:RN:b64 addr:A count?:RI:u32", section="9.7.12.15.14", ptx=(8, 0), **_MB_ARRIVE)
 spec("mbarrier.arrive.expect_tx", "mbarrier.arrive.expect_tx.{sem?}.{scope?}.{space?}.b64",
-     ">state:RN:b64 addr:A tx:RI:u32", section="9.7.12.15.13", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
+     ">state:RN:b64 addr:A tx:RI:u32", section="9.7.12.15.13", ptx=(8, 0), **_MB_ARRIVE)
 spec("mbarrier.expect_tx", "mbarrier.expect_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
-     section="9.7.12.15.11", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
+     section="9.7.12.15.11", ptx=(8, 0), **_MB_TX)
 spec("mbarrier.complete_tx", "mbarrier.complete_tx.{sem?}.{scope?}.{space?}.b64", "addr:A tx:RI:u32",
-     section="9.7.12.15.12", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
+     section="9.7.12.15.12", ptx=(8, 0), **_MB_TX)
 for _wait in ("test_wait", "try_wait"):
     _hint = " hint?:RI:u32" if _wait == "try_wait" else ""
     spec(f"mbarrier.{_wait}", f"mbarrier.{_wait}.{{sem?}}.{{scope?}}.{{space?}}.b64",
-         f">p:R:pred addr:A state:R:b64{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_addr64(_check_mbar_sem), **_MB)
+         f">p:R:pred addr:A state:R:b64{_hint}", section="9.7.12.15.16", ptx=(8, 0), **_MB_WAIT)
     spec(f"mbarrier.{_wait}.parity", f"mbarrier.{_wait}.parity.{{sem?}}.{{scope?}}.{{space?}}.b64",
-         f">p:R:pred addr:A parity:RI:u32{_hint}", section="9.7.12.15.16", ptx=(8, 0), check=_addr64(_check_mbar_sem),
-         **_MB)
+         f">p:R:pred addr:A parity:RI:u32{_hint}", section="9.7.12.15.16", ptx=(8, 0), **_MB_WAIT)
 spec("mbarrier.pending_count", "mbarrier.pending_count.b64", ">d:R:u32 state:R:b64", section="9.7.12.15.17",
      ptx=(7, 0))
 
@@ -670,7 +771,7 @@ spec("cp.async.bulk.prefetch.L2.global", "cp.async.bulk.prefetch.L2.global.{hint
      section="9.7.9.25.4.3", ptx=(8, 0), hint=("L2::cache_hint",), check=lambda m, t, o: _hint_needs_policy(m, o))
 spec("cp.async.bulk.tensor.shared::cluster.global",
      "cp.async.bulk.tensor.{dim}.shared::cluster.global.{load_mode?}.mbarrier::complete_tx::bytes.{multicast?}.{hint?}",
-     "dst:A tensor:M mbar:A mask?:RI:u16 policy?:R:b64", section="9.7.9.25.5.1", ptx=(8, 0), dim=DIMS,
+     "dst:A tensor:M mbar:A offsets?:V:b16 mask?:RI:u16 policy?:R:b64", section="9.7.9.25.5.1", ptx=(8, 0), dim=DIMS,
      load_mode=("tile", "im2col"), multicast=("multicast::cluster",), hint=("L2::cache_hint",), check=_check_tensor)
 spec("cp.async.bulk.tensor.global.shared::cta",
      "cp.async.bulk.tensor.{dim}.global.shared::cta.{load_mode?}.bulk_group.{hint?}",
@@ -682,7 +783,8 @@ spec("cp.reduce.async.bulk.tensor",
      op=("add", "min", "max", "inc", "dec", "and", "or", "xor"), load_mode=("tile", "im2col_no_offs"),
      hint=("L2::cache_hint",), check=_check_tensor)
 spec("cp.async.bulk.prefetch.tensor", "cp.async.bulk.prefetch.tensor.{dim}.L2.global.{load_mode?}.{hint?}",
-     "tensor:M policy?:R:b64", section="9.7.9.25.5.3", ptx=(8, 0), dim=DIMS, load_mode=("tile", "im2col"),
+     "tensor:M offsets?:V:b16 policy?:R:b64", section="9.7.9.25.5.3", ptx=(8, 0), dim=DIMS,
+     load_mode=("tile", "im2col"),
      hint=("L2::cache_hint",), check=_check_tensor)
 spec("cp.async.bulk.commit_group", "cp.async.bulk.commit_group", section="9.7.9.25.6.1", ptx=(8, 0))
 spec("cp.async.bulk.wait_group", "cp.async.bulk.wait_group.{read?}", "n:I:u32", section="9.7.9.25.6.2", ptx=(8, 0))

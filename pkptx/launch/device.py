@@ -5,6 +5,7 @@ the CUDA runtime (torch, CuPy, JAX) also uses, so pointers and streams pass betw
 """
 from __future__ import annotations
 
+import atexit
 import threading
 from functools import cached_property
 
@@ -13,10 +14,23 @@ from .config import DeviceLimits
 from .driver import call, driver
 
 _GONE = ("CUDA_ERROR_DEINITIALIZED", "CUDA_ERROR_CONTEXT_IS_DESTROYED")
+_exiting = False
+
+
+@atexit.register
+def _note_exit() -> None:
+    global _exiting
+    _exiting = True
 
 
 def release(fn_name: str, *args) -> None:
-    """Free a handle from a finaliser: checked, but quiet when the driver is already shut down."""
+    """Free a handle from a finaliser: checked, but quiet when the driver is already shut down.
+
+    At interpreter exit nothing is freed: the process's memory and handles go with its context,
+    and the driver bindings may already be half torn down.
+    """
+    if _exiting:
+        return
     try:
         call(fn_name, *args)
     except CudaError as exc:

@@ -120,8 +120,8 @@ def bind_multicast(tx: Transaction, world: World, device_ordinal: int, memory_ha
             mc = _create(tx, world, device_ordinal, nbytes)
             fd, fd_step = export_fd(tx, mc)
             exported = [fd]
-    received = exchange_fds(world, exported, what="multicast: passing the object's fd")
-    with world.step("multicast: import and add every device"):
+    with world.step("multicast: pass the fd, import it and add every device"):
+        received = exchange_fds(world, exported, what="multicast: passing the object's fd")
         if world.rank != 0:
             got = received[0]
             try:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import PkptxError, WorldError
+from .device import Device
 from .driver import call
 from .ipc import IpcHeapMemory
 from .multicast import agree_multicast, bind_multicast, multicast_granularity
@@ -139,23 +140,16 @@ class _FirstFit:
 
 
 def _bind_context(ordinal: int):
-    """(context, retained device or None): the current context if it is on this GPU, else the
-    GPU's primary context, retained and made current."""
+    """The context the heap lives in: the current one if it is on this GPU, else the GPU's
+    primary context (pkptx's Device, retained for the life of the process), made current."""
     current = call("cuCtxGetCurrent")
     if current is not None and int(current):
         on = int(call("cuCtxGetDevice"))
         if on != ordinal:
             raise WorldError(f"the current CUDA context is on GPU {on}, but this rank's heap is for "
                              f"GPU {ordinal}; pass device={on} or make GPU {ordinal}'s context current")
-        return current, None
-    device = call("cuDeviceGet", ordinal)
-    context = call("cuDevicePrimaryCtxRetain", device)
-    try:
-        call("cuCtxSetCurrent", context)
-    except BaseException:
-        call("cuDevicePrimaryCtxRelease", device)
-        raise
-    return context, device
+        return current
+    return Device(ordinal).set_current().context
 
 
 class SymmetricHeap:
@@ -187,30 +181,25 @@ class SymmetricHeap:
         self.path, self.device = path, ordinal
         self.multicast_allowed, self.multicast_reason = (
             agree_multicast(world, self.device, path) if multicast else (False, "not requested"))
-        self._retained = None
         self._tx = Transaction(f"SymmetricHeap(path={path!r}) on rank {world.rank}")
-        try:
-            with self._tx as tx, world.step(f"SymmetricHeap({path}): bind the CUDA context") as step:
-                self._context, self._retained = _bind_context(self.device)
-                granule = allocation_granularity(self.device) if path == "vmm" else IPC_ALIGN
-                if self.multicast_allowed:
-                    granule = math.lcm(granule, multicast_granularity(world, self.device, size))
-                step.value = granule
-            with tx:
-                granule = math.lcm(*step.values)
-                self.nbytes, self._max_align = round_up(size, granule), granule
-                if path == "vmm":
-                    memory = VmmHeapMemory(tx, world, self.device, self.nbytes, granule)
-                else:
-                    memory = IpcHeapMemory(tx, world, self.nbytes)
-                self.base_ptrs: list[int] = memory.ptrs
-                self.multicast_base = (bind_multicast(tx, world, self.device, memory.handle,
-                                                      self.nbytes, granule)
-                                       if self.multicast_allowed else None)
-                tx.push("cuCtxSynchronize (no kernel still uses the heap)", lambda: call("cuCtxSynchronize"))
-        except BaseException:
-            self._release_context()
-            raise
+        with world.step(f"SymmetricHeap({path}): bind the CUDA context") as step:
+            self._context = _bind_context(self.device)
+            granule = allocation_granularity(self.device) if path == "vmm" else IPC_ALIGN
+            if self.multicast_allowed:
+                granule = math.lcm(granule, multicast_granularity(world, self.device, size))
+            step.value = granule
+        with self._tx as tx:  # from here on, a failure undoes exactly what was done
+            granule = math.lcm(*step.values)
+            self.nbytes, self._max_align = round_up(size, granule), granule
+            if path == "vmm":
+                memory = VmmHeapMemory(tx, world, self.device, self.nbytes, granule)
+            else:
+                memory = IpcHeapMemory(tx, world, self.nbytes)
+            self.base_ptrs: list[int] = memory.ptrs
+            self.multicast_base = (bind_multicast(tx, world, self.device, memory.handle,
+                                                  self.nbytes, granule)
+                                   if self.multicast_allowed else None)
+            tx.push("cuCtxSynchronize (no kernel still uses the heap)", lambda: call("cuCtxSynchronize"))
         self._free = _FirstFit(self.nbytes)
         self._forget = world.on_close(self.close)
         self.closed = False
@@ -223,11 +212,6 @@ class SymmetricHeap:
             yield
         finally:
             call("cuCtxPopCurrent")
-
-    def _release_context(self) -> None:
-        if self._retained is not None:
-            device, self._retained = self._retained, None
-            call("cuDevicePrimaryCtxRelease", device)
 
     def _check_open(self, what: str) -> None:
         if self.closed:
@@ -273,11 +257,8 @@ class SymmetricHeap:
             return
         self.closed = True
         self._forget()
-        try:
-            with self.current_context():
-                self._tx.close()
-        finally:
-            self._release_context()
+        with self.current_context():
+            self._tx.close()
 
     def __enter__(self) -> SymmetricHeap:
         return self

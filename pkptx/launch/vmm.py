@@ -153,23 +153,22 @@ class VmmHeapMemory:
     """
 
     def __init__(self, tx: Transaction, world: World, ordinal: int, slot_bytes: int, alignment: int):
-        if slot_bytes % alignment:
-            raise PkptxError(f"VMM slot of {slot_bytes} bytes is not a multiple of {alignment}")
         self.slot_bytes = slot_bytes
         with world.step("SymmetricHeap(vmm): create, map and export this rank's memory"):
             self.handle = create(tx, ordinal, slot_bytes)
             base = reserve(tx, slot_bytes * world.size, alignment)
             map_readwrite(tx, base + world.rank * slot_bytes, slot_bytes, self.handle, ordinal)
             fd, fd_step = export_fd(tx, self.handle)
-        received = exchange_fds(world, [fd], payload=struct.pack("!Q", slot_bytes),
-                                what="SymmetricHeap(vmm): passing memory fds")
+        received = {}
 
         def close_received_fds() -> None:
             for got in received.values():
                 got.close()
 
         close_received = tx.push("close received fds", close_received_fds)
-        with world.step("SymmetricHeap(vmm): import and map every peer's memory"):
+        with world.step("SymmetricHeap(vmm): pass the fds, import and map every peer's memory"):
+            received.update(exchange_fds(world, [fd], payload=struct.pack("!Q", slot_bytes),
+                                         what="SymmetricHeap(vmm): passing memory fds"))
             expected = set(range(world.size)) - {world.rank}
             if set(received) != expected:
                 raise WorldError(f"fds came from ranks {sorted(received)}, expected {sorted(expected)}")

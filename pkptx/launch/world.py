@@ -15,6 +15,7 @@ import pickle
 import re
 import secrets
 import socket
+import struct
 import time
 import warnings
 from typing import Any, Callable, Iterable, Iterator
@@ -61,7 +62,8 @@ class World:
     Attributes: ``rank``, ``size``, ``local_rank``, ``local_size`` (ranks on this node, from
     MPI_Comm_split_type(COMM_TYPE_SHARED)), ``local_ranks`` (their world ranks, by local rank),
     ``pids``, ``token`` (random, from rank 0: unique per job) and ``timeout`` (seconds every
-    collective waits by default).
+    collective waits by default). Every collective takes ``what``, the name errors give it; it
+    must be the same string on every rank (a mismatch means ranks went different ways).
     """
 
     def __init__(self, comm=None, *, timeout: float = DEFAULT_TIMEOUT):
@@ -155,23 +157,33 @@ class World:
 
     def _exchange(self, comm, payload: bytes, tag: int, what: str,
                   timeout: float | None) -> list[bytes]:
-        """All-to-all of ``payload`` over ``comm``; names the ranks not heard from by the deadline."""
+        """All-to-all of ``payload`` over ``comm``; names the ranks not heard from by the deadline.
+
+        Each message carries ``what``, so ranks that run collectives in different orders get a
+        WorldError saying where each one is, not each other's bytes.
+        """
         mpi, n, me = self._mpi, comm.Get_size(), comm.Get_rank()
         if n == 1:
             return [payload]
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        sends = [comm.Isend([payload, mpi.BYTE], dest=p, tag=tag) for p in range(n) if p != me]
+        label = what.encode()
+        message = struct.pack("!I", len(label)) + label + payload
+        sends = [comm.Isend([message, mpi.BYTE], dest=p, tag=tag) for p in range(n) if p != me]
         out: list[bytes] = [b""] * n
         out[me] = payload
+        elsewhere: dict[int, str] = {}
         pending, status, pause = set(range(n)) - {me}, mpi.Status(), _FIRST_PAUSE
         while pending:
-            message = comm.Improbe(mpi.ANY_SOURCE, tag, status)
-            if message is not None:
+            probed = comm.Improbe(mpi.ANY_SOURCE, tag, status)
+            if probed is not None:
                 buf = bytearray(status.Get_count(mpi.BYTE))
-                message.Recv([buf, mpi.BYTE])
-                out[status.Get_source()] = bytes(buf)
-                pending.discard(status.Get_source())
+                probed.Recv([buf, mpi.BYTE])
+                source, (size,) = status.Get_source(), struct.unpack_from("!I", buf)
+                if buf[4:4 + size] != label:
+                    elsewhere[source] = buf[4:4 + size].decode(errors="replace")
+                out[source] = bytes(buf[4 + size:])
+                pending.discard(source)
                 pause = _FIRST_PAUSE
                 continue
             if time.monotonic() >= deadline:
@@ -180,6 +192,10 @@ class World:
                            f"(seen from rank {me} of {n}; {format_ranks(arrived)} arrived)")
             time.sleep(pause)
             pause = min(2 * pause, _MAX_PAUSE)
+        if elsewhere:
+            places = "; ".join(f"rank {r} is in {w!r}" for r, w in sorted(elsewhere.items()))
+            self._fail(f"{what}: ranks run collectives in different orders: {places} "
+                       f"(seen from rank {me})")
         while not mpi.Request.Testall(sends):
             if time.monotonic() >= deadline:
                 self._fail(f"{what}: not every rank took this rank's message within {limit:g} s "

@@ -20,6 +20,7 @@ from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
 
 WARPGROUP = 128
+WINDOW_SLACK = 1024
 Role = Callable[["Ctx", Reg], None]
 
 
@@ -85,8 +86,8 @@ class Template:
 
     @property
     def dynamic_smem(self) -> int:
-        """Bytes of dynamic shared memory the carving needs (the window itself is 1024-aligned)."""
-        return self._carve()[-1][0] if self.dynamic_buffers else 0
+        """Bytes of dynamic shared memory the carving needs, with the slack for aligning the window."""
+        return self._carve()[-1][0] + WINDOW_SLACK if self.dynamic_buffers else 0
 
     def _carve(self) -> list[tuple[int, int]]:
         """(end offset, start offset) of each dynamic buffer."""
@@ -158,7 +159,10 @@ class Template:
         smem = {buf.name: b.mov(u32, k.shared(buf.name, buf.nbytes, buf.align), name=buf.name)
                 for buf in self.buffers}
         if self.dynamic_buffers:
-            window = b.mov(u32, k.dynamic_shared(align=1024), name="dynamic_smem")
+            # The window's start is only 16-byte aligned in practice; round up at run time (the kernel
+            # asks for WINDOW_SLACK extra bytes) so 128-byte-swizzled TMA tiles land 1024-aligned.
+            raw = b.mov(u32, k.dynamic_shared(align=16), name="dynamic_raw")
+            window = b.and_(b32, b.add(u32, raw, WINDOW_SLACK - 1), -WINDOW_SLACK & 0xFFFFFFFF, name="dynamic_smem")
             for buf, (_, start) in zip(self.dynamic_buffers, self._carve()):
                 smem[buf.name] = b.add(u32, window, start, name=buf.name)
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)

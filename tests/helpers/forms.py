@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pkptx.isa import (Kernel, Vec, address, b8, b16, b32, b64, b128, bf16, bf16x2, f16, f16x2, f32, f64, pred,
+from pkptx.isa import (Kernel, Vec, address, tensor_ref, b8, b16, b32, b64, b128, bf16, bf16x2, f16, f16x2, f32, f64, pred,
                        s8, s16, s32, s64, u8, u16, u32, u64)
 from pkptx.isa.builder import Builder
 
@@ -429,7 +429,7 @@ def _fences(sb: Sandbox):
     b = sb.b
     for level in ("cta", "gl", "sys"):
         b.membar(level)
-    for sem in ("sc", "acq_rel"):
+    for sem in ("sc", "acq_rel", None):
         for scope in SCOPES:
             b.fence(sem, scope)
     for space in (None, "shared::cta", "shared::cluster", "global"):
@@ -559,6 +559,14 @@ def _tensor_copy(sb: Sandbox):
         b.tensor_reduce("add", tmap, c, sb.s(), policy=pol)
         b.tensor_prefetch(tmap, c)
         b.tensor_prefetch(tmap, c, policy=pol)
+        if dims >= 3:
+            offsets = [b.mov(u16, 1)] + list(range(dims - 3))
+            b.tensor_load(sb.s(), tmap, c, bar, im2col_offsets=offsets)
+            b.tensor_load(sb.s(), tmap, c, bar, im2col_offsets=offsets, multicast_mask=mask, policy=pol)
+            b.tensor_prefetch(tmap, c, im2col_offsets=offsets, policy=pol)
+            ref = tensor_ref(tmap, c)
+            b.emit("cp.async.bulk.tensor.global.shared::cta", ref, sb.s(), dim=f"{dims}d", load_mode="im2col_no_offs")
+            b.emit("cp.reduce.async.bulk.tensor", ref, sb.s(), dim=f"{dims}d", op="max", load_mode="im2col_no_offs")
     b.bulk_commit_group()
     b.bulk_wait_group(0, read=True)
 

@@ -231,7 +231,8 @@ DONE:
 def ptx_tma_copy_2d() -> tuple:
     """Block (bx, by) moves box (bx*box_w, by*box_h) of src to dst through shared memory:
     a TMA tensor load completing on an mbarrier (expect_tx + try_wait.parity loop), then
-    fence.proxy.async and a TMA tensor store in a bulk group, waited to completion."""
+    fence.proxy.async and a TMA tensor store in a bulk group, waited to completion.
+    Needs box_bytes + 1024 bytes of dynamic shared memory (the tile is aligned up to 1024)."""
     ptx = HEADER + """
 .extern .shared .align 1024 .b8 tile[];
 .shared .align 8 .b64 bar;
@@ -253,6 +254,8 @@ def ptx_tma_copy_2d() -> tuple:
     mul.lo.u32 %r7, %r5, %r2;             // innermost coordinate (column)
     mul.lo.u32 %r8, %r6, %r3;             // row
     mov.u32 %r9, tile;
+    add.u32 %r9, %r9, 1023;
+    and.b32 %r9, %r9, -1024;              // 1024-byte aligned tile (the launch adds 1 KB of slack)
     mov.u32 %r10, bar;
     mov.u64 %rd1, src_map;
     cvta.param.u64 %rd2, %rd1;

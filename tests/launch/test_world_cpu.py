@@ -19,6 +19,7 @@ from mpi_programs.fake_cuda import FakeDriver
 from pkptx.errors import CudaError, PkptxError, WorldError
 from pkptx.launch.multicast import DISABLING_ENV, multicast_policy
 from pkptx.launch.symmetric import SymmetricHeap, _FirstFit, check_agreement
+from pkptx.launch.vmm import Transaction
 from pkptx.launch.world import World, choose_device
 
 MULTICAST_CALLS = ("cuMulticastCreate", "cuMulticastGetGranularity", "cuMulticastAddDevice",
@@ -135,6 +136,29 @@ def test_first_fit_is_deterministic_aligned_and_never_overlaps(ops):
     assert heaps[0].ranges == [[0, 1 << 16]]
 
 
+def test_transaction_unwinds_newest_first_and_skips_collective_steps_on_error():
+    done = []
+    tx = Transaction("t")
+    with pytest.raises(ValueError), pytest.warns(RuntimeWarning, match="second failed too"):
+        with tx:
+            tx.push("first", lambda: done.append("first"))
+            tx.push("barrier", lambda: done.append("barrier"), collective=True)
+            tx.push("second", lambda: 1 / 0)
+            tx.push("third", lambda: done.append("third"))
+            raise ValueError("halfway")
+    assert done == ["third", "first"] and len(tx) == 0
+    tx.push("a", lambda: done.append("a"))
+    tx.push("b", lambda: done.append("b"), collective=True)
+    fd_step = tx.push("c", lambda: done.append("c"))
+    tx.settle(fd_step)
+    tx.close()
+    assert done[2:] == ["c", "b", "a"]
+    tx.push("x", lambda: 1 / 0)
+    tx.push("y", lambda: [][1])
+    with pytest.raises(PkptxError, match="2 teardown steps failed"):
+        tx.close()
+
+
 # --------------------------------------------------------------------------- multicast gate
 
 @pytest.mark.parametrize("name,value", DISABLING_ENV)
@@ -174,7 +198,7 @@ def test_closed_gate_heap_never_calls_multicast(monkeypatch, fake_driver, path):
     assert np.frombuffer(fake.written[buf.peer_table_ptr], np.uint64).tolist() == buf.peer_ptrs
     world.close()  # closes the heap too
     assert heap.closed and fake.forbidden_calls == [] and not set(fake.calls) & set(MULTICAST_CALLS)
-    assert fake.live() == {} and fake.open_fake_fds() == [] and fake.retains == 0
+    assert fake.live() == {} and fake.open_fake_fds() == []
 
 
 def test_open_gate_binds_multicast_over_the_heap(no_optout, fake_driver):
@@ -202,7 +226,7 @@ def test_failure_halfway_unwinds_exactly_what_was_done(monkeypatch, fake_driver,
     with World.single() as world:
         with pytest.raises(CudaError, match=step):
             SymmetricHeap(world, 1 << 20, path=path)
-    assert fake.live() == {} and fake.open_fake_fds() == [] and fake.retains == 0
+    assert fake.live() == {} and fake.open_fake_fds() == []
 
 
 def test_teardown_order_and_closed_heap(monkeypatch, fake_driver):
@@ -215,7 +239,7 @@ def test_teardown_order_and_closed_heap(monkeypatch, fake_driver):
     heap.close()
     teardown = fake.calls[start:]
     assert teardown == ["cuCtxPushCurrent", "cuCtxSynchronize", "cuMemUnmap", "cuMemAddressFree",
-                        "cuMemRelease", "cuCtxPopCurrent", "cuDevicePrimaryCtxRelease"]
+                        "cuMemRelease", "cuCtxPopCurrent"]
     with pytest.raises(PkptxError, match="closed"):
         heap.alloc(1, np.uint8)
     with pytest.raises(PkptxError, match="freed or its heap closed"):
@@ -327,7 +351,7 @@ def test_symmetric_heap_over_fake_driver(three_ranks, section):
         heap = three_ranks[r][section]
         assert heap["source_pids"] == {str(p): pids[p] for p in range(3) if p != r}
         assert heap["offsets"] == [0, 256] and heap["table_ok"] and heap["ptrs_distinct"]
-        assert heap["live"] == "{}" and heap["fake_fds"] == [] and heap["retains"] == 0
+        assert heap["live"] == "{}" and heap["fake_fds"] == []
         assert heap["forbidden"] == []
         if section == "heap_multicast":
             assert heap["multicast"] and heap["buffer_multicast"] == [0, 256]
@@ -350,13 +374,23 @@ def test_symmetric_heap_over_fake_driver(three_ranks, section):
 def test_failure_on_one_rank_unwinds_every_rank(three_ranks):
     for r in range(3):
         failed = three_ranks[r]["import_failure"]
-        assert failed["live"] == "{}" and failed["fake_fds"] == [] and failed["retains"] == 0
+        assert failed["live"] == "{}" and failed["fake_fds"] == []
         assert failed["seconds"] < 5
         if r == 1:
             assert failed["kind"] == "CudaError"
         else:
             assert failed["kind"] == "WorldError" and "failed on rank 1" in failed["message"]
             assert "cuMemImportFromShareableHandle" in failed["message"]
+
+
+@pytest.mark.mpi
+def test_ranks_in_different_collectives_are_told_where_each_is(three_ranks):
+    for r in range(3):
+        diverged = three_ranks[r]["diverged"]
+        assert diverged["kind"] == "WorldError" and diverged["seconds"] < 5
+        assert "ranks run collectives in different orders" in diverged["message"]
+        assert ("rank 0 is in 'A'" if r else "rank 1 is in 'B'") in diverged["message"]
+        assert diverged["after"][0] == "WorldError" and "unusable" in diverged["after"][1]
 
 
 @needs_mpiexec

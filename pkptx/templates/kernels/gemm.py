@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import PTXBuildError
 from ...isa import Param, b8, b32, f32, u32, u64, address
 from ...primitives import wait_parity
+from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import advance, fragment_coords, smem_desc, warp_quad
 from ..lcsc import Buffer, Ctx, Ring, Template
 
@@ -48,7 +49,8 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.a_bytes + self.b_bytes)
+        """Dynamic shared memory to launch with (stages plus the window's alignment slack)."""
+        return self.stages * (self.a_bytes + self.b_bytes) + 1024
 
     @property
     def consumers(self) -> int:
@@ -97,7 +99,7 @@ def build(cfg: Config = Config()):
         b = ctx.b
         tm, tn = _tile(ctx, cfg, task)
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
-            tmap_a, tmap_b = b.param_address("tmap_a"), b.param_address("tmap_b")
+            tmap_a, tmap_b = tensor_map_param(b, "tmap_a"), tensor_map_param(b, "tmap_b")
             for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
                 stage, phase = _stage(ctx, cfg, ctx.param("it"))
                 wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor(b32, phase, 1), name="wait_free")

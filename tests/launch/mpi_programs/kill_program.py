@@ -33,4 +33,4 @@ try:
     report(rank, where, error=None, seconds=time.monotonic() - start)
 except WorldError as exc:
     report(rank, where, error=str(exc), seconds=time.monotonic() - start)
-os._exit(0)
+pass

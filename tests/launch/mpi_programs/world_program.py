@@ -114,7 +114,7 @@ def heap_section(path, **fake_options):
                    table_ok=table == a.peer_ptrs, ptrs_distinct=len(set(a.peer_ptrs)) == size,
                    multicast_calls=[c for c in fake.calls if c in MULTICAST_CALLS])
         heap.close()
-        out.update(live=repr(fake.live()), fake_fds=fake.open_fake_fds(), retains=fake.retains,
+        out.update(live=repr(fake.live()), fake_fds=fake.open_fake_fds(),
                    forbidden=fake.forbidden_calls,
                    teardown=[c for c in fake.calls[fake.calls.index("cuCtxSynchronize"):]
                              if c in ("cuMemUnmap", "cuMemRelease", "cuMemAddressFree",
@@ -140,9 +140,16 @@ def _():
         kind, message, seconds = failure(lambda: SymmetricHeap(world, 1 << 20))
         world.barrier(what="after the failed heap")
         return dict(kind=kind, message=message, seconds=seconds, live=repr(fake.live()),
-                    fake_fds=fake.open_fake_fds(), retains=fake.retains)
+                    fake_fds=fake.open_fake_fds())
     finally:
         fake.uninstall()
+
+
+@section("diverged")  # last: a world whose ranks went different ways refuses further collectives
+def _():
+    kind, message, seconds = failure(lambda: world.barrier(what="A" if rank == 0 else "B"))
+    after = failure(world.barrier)
+    return dict(kind=kind, message=message, seconds=seconds, after=after[:2])
 
 
 world.close()

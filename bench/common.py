@@ -1,0 +1,94 @@
+"""Shared benchmark plumbing: host and CUDA-event timing, result tables, and bench/RESULTS.md records.
+
+Run benchmarks from the repository root (``python bench/bench_launch.py``); nothing is recorded
+unless ``--record`` is given.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:          # run from a checkout without installing pkptx
+    sys.path.insert(0, str(ROOT))
+
+from pkptx.launch import Device, time_cuda  # noqa: E402
+from pkptx.toolchain import CompiledKernel, assemble  # noqa: E402
+
+RESULTS = ROOT / "bench" / "RESULTS.md"
+PTX_HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    return parser.parse_args()
+
+
+def compile_ptx(ptx: str, entry: str, params, dynamic_smem: int = 0) -> CompiledKernel:
+    return CompiledKernel(entry=entry, params=tuple(params), ptx=ptx, cubin=assemble(ptx, "sm_90a"),
+                          arch="sm_90a", dynamic_smem=dynamic_smem)
+
+
+def host_us(fn, calls: int = 5000, rounds: int = 7, device: Device | None = None) -> float:
+    """Median over ``rounds`` of the host time of one ``fn()`` (Python call to return), in us.
+
+    The device is synchronised between rounds (outside the timed loop) so the launch queue never fills.
+    """
+    device = device or Device.current()
+    for _ in range(min(calls, 500)):
+        fn()
+    device.synchronize()
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        device.synchronize()
+    return statistics.median(samples)
+
+
+def event_ms(fn, stream, *, repeats: int = 20, warmup: int = 3, flush_l2: bool = False) -> float:
+    """Median CUDA-event time of ``fn()`` (queued on ``stream``), in ms."""
+    return time_cuda(fn, stream=stream, warmup=warmup, repeats=repeats, flush_l2=flush_l2).median_ms
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """A Markdown table (also readable on a terminal)."""
+    cells = [[str(c) for c in headers]] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]])
+
+
+def git_commit() -> str:
+    """The checkout's commit (read-only git calls), with '+dirty' for uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "no commit"
+    return head + ("+dirty" if dirty else "")
+
+
+def report(title: str, headers: list[str], rows: list[list], notes: str, record: bool) -> None:
+    """Print the table; with ``record``, append it to bench/RESULTS.md with date, device and commit."""
+    text = table(headers, rows)
+    print(f"\n{title}\n{text}\n{notes}")
+    if not record:
+        return
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    device = Device.current().name
+    with RESULTS.open("a") as f:
+        f.write(f"\n## {title}\n{stamp} · {device} · commit {git_commit()} · Python {sys.version.split()[0]}\n\n"
+                f"{text}\n\n{notes}\n")
+    print(f"(recorded in {RESULTS.relative_to(ROOT)})")

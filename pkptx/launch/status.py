@@ -1,0 +1,47 @@
+"""The device status words every pkptx kernel with bounded waits reports into.
+
+Layout (u32): [0] status (0 ok, 1 a wait timed out), [1] rank, [2] flag id, [3] expected value,
+[4] observed value, [5] block. The first thread to time out writes them and exits; the host reads them
+after the kernel and raises :class:`DeviceTimeoutError` naming the rank, flag and value.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DeviceTimeoutError
+from .array import DeviceArray, empty
+
+WORDS = 8
+DEFAULT_TIMEOUT_NS = 10 * 10**9
+
+
+class DeviceStatus:
+    def __init__(self, device=None):
+        self.words: DeviceArray = empty((WORDS,), np.uint32, device=device)
+        self.words.fill(0)
+
+    @property
+    def ptr(self) -> int:
+        return self.words.ptr
+
+    def check(self, what: str = "kernel", timeout_ns: int | None = None) -> None:
+        """Raise if a wait of the last kernel(s) timed out (synchronizes through the copy), then clear."""
+        w = self.words.to_numpy()
+        if w[0] == 0:
+            return
+        self.words.fill(0)
+        budget = f" after {timeout_ns / 1e9:g} s" if timeout_ns else ""
+        raise DeviceTimeoutError(
+            f"{what}: rank {w[1]} timed out{budget} waiting on flag {w[2]} for a value >= {w[3]} "
+            f"(it saw {w[4]}; block {w[5]}): a peer never signalled (did every rank launch it?)")
+
+
+_by_device: dict[int, DeviceStatus] = {}
+
+
+def device_status(device) -> DeviceStatus:
+    """The status words of ``device`` (one per device and process)."""
+    status = _by_device.get(device.ordinal)
+    if status is None:
+        status = _by_device[device.ordinal] = DeviceStatus(device)
+    return status

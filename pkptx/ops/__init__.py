@@ -1,0 +1,1 @@
+"""Host APIs: validate arguments, pick a configuration, build (cached), launch."""

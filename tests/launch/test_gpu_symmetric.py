@@ -1,0 +1,44 @@
+"""Symmetric buffers on a real GPU: 2 and 4 ranks, all on GPU 0, both mapping paths (vmm, ipc),
+multicast requested but switched off for the launched ranks by PKPTX_DISABLE_MULTICAST=1.
+Each rank checks every peer's copy through its peer views, exactly (mpi_programs/gpu_symmetric_program.py)."""
+from __future__ import annotations
+
+import pytest
+
+from mpi_programs import launcher
+from pkptx.errors import CudaError
+
+
+def _missing_gpu() -> str | None:
+    """Why there is no GPU to test on, from cuInit/cuDeviceGetCount alone; None if there is one."""
+    from pkptx.launch.driver import call
+
+    try:
+        count = call("cuDeviceGetCount")
+    except (CudaError, RuntimeError, OSError) as exc:  # RuntimeError: no libcuda at all
+        return f"no CUDA GPU: cuInit/cuDeviceGetCount failed ({type(exc).__name__}: {exc})"
+    return None if count else "no CUDA GPU: cuDeviceGetCount returned 0"
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_rank_reads_every_peer_exactly_on_one_gpu(ranks):
+    reason = _missing_gpu()
+    if reason:
+        pytest.skip(reason)
+    if launcher.find_launcher() is None:
+        pytest.skip("no mpiexec/mpirun to start the ranks")
+    env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0",
+           "PKPTX_EXPECT_RANKS": str(ranks)}
+    proc, results = launcher.run(ranks, "gpu_symmetric_program.py", env=env, timeout=300)
+    output = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert sorted(results) == list(range(ranks)), output
+    for rank in range(ranks):
+        assert results[rank]["setup"]["ok"], (rank, results[rank]["setup"], output)
+        assert results[rank]["setup"]["device"] == 0
+        for path in ("vmm", "ipc"):
+            outcome = results[rank].get(path, {"ok": False, "problems": ["no report"]})
+            assert outcome["ok"], (rank, path, "\n".join(outcome["problems"]))
+            assert outcome["offsets"] == results[0][path]["offsets"]
+    assert proc.returncode == 0, output
