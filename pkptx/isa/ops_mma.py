@@ -30,7 +30,7 @@ class MmaOps:
         """
         atype = ptx_type(atype)
         btype = ptx_type(btype or atype)
-        k = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}.get(atype.name)
+        k = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}.get(atype.name)
         if k is None:
             raise PTXBuildError(f"wgmma: unsupported A type .{atype}")
         register_a = isinstance(a, Vec)

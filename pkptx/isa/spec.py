@@ -155,6 +155,10 @@ def _check_ldst(load: bool):
             return "cache operators and .nc are only legal on weak accesses"
         if mods.get("nc") and mods.get("space") != "global":
             return "'.nc' is only legal with .global"
+        if mods.get("nc") and mods.get("sem"):
+            return f"'.nc' cannot be combined with '.{mods['sem']}'"
+        if mods.get("sem") == "volatile" and (mods.get("evict") or mods.get("hint")):
+            return "'.volatile' cannot be combined with an L1 eviction priority or '.L2::cache_hint'"
         if mods.get("nc") and mods.get("cache") not in (None, "ca", "cg", "cs"):
             return f"ld.global.nc takes the cache operators .ca .cg .cs, not .{mods['cache']}"
         if mods.get("sem") not in (None, "weak") and mods.get("space") in ("param", "const", "local"):
@@ -356,14 +360,14 @@ def _check_setp(mods, types, ops):
     unsigned_only = ("lo", "ls", "hi", "hs")
     unordered = ("equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
     is_float = ty in FLOATS or ty in HALF
-    if cmp in unsigned_only and (is_float or ty.startswith("s")):
-        return f"'.{cmp}' compares unsigned integers; .{ty} needs one of .lt .le .gt .ge"
+    if cmp in unsigned_only and not ty.startswith("u"):
+        return f"'.{cmp}' compares unsigned integers; .{ty} needs one of .lt .le .gt .ge (or a .u type)"
     if cmp in unordered and not is_float:
         return f"'.{cmp}' is a floating-point comparison, not legal on .{ty}"
     if cmp in ("lt", "le", "gt", "ge") and _is_bits(ty):
         return f"ordered comparison '.{cmp}' is not defined on bit type .{ty}; use .u or .s"
-    if mods.get("ftz") and ty != "f32":
-        return "'.ftz' is only legal on .f32"
+    if mods.get("ftz") and ty not in ("f32", "f16"):
+        return f"'.ftz' is only legal on setp .f32 and .f16, not .{ty}"
     if bool(mods.get("bool")) != (ops.get("c") is not None):
         return "a boolean combine (.and/.or/.xor) and a third predicate operand go together"
     return None
@@ -396,11 +400,17 @@ def _op_type(table: dict, what: str, mods, types):
 
 
 def _check_atom(mods, types, ops):
+    sem = mods.get("sem")
+    if sem and not mods.get("scope"):        # PTX would default to .gpu; pkptx wants ordering spelled out
+        return (f"atom/red '.{sem}' without a scope means .gpu in PTX; spell the scope out: one of "
+                + " ".join("." + s for s in SCOPES))
     err = _scope_with_sem(mods) or _op_type(ATOM_TYPES, "atom/red", mods, types)
     if err:
         return err
     if (mods["op"] == "cas") != (ops.get("c") is not None):
         return "atom.cas takes a compare and a swap value; other ops take one value"
+    if mods.get("hint") and (mods["op"] == "cas" or mods.get("space") not in (None, "global")):
+        return "'.L2::cache_hint' is only legal on .global or generic atom/red, and not on atom.cas"
     return _hint_needs_policy(mods, ops)
 
 
@@ -489,8 +499,11 @@ def _check_wgmma(register_a: bool):
             return f"bad wgmma shape '{shape}'"
         if int(m) != 64 or k != k_for[atype]:
             return f"wgmma with .{atype} inputs needs shape m64nNk{k_for[atype]}, got {shape}"
-        if atype != btype and not (atype in ("e4m3", "e5m2") and btype in ("e4m3", "e5m2")):
-            return f"wgmma A and B types must match, got .{atype} and .{btype}"
+        pairs = (("e4m3", "e5m2"), ("s8", "u8"))
+        if atype != btype and not any(atype in p and btype in p for p in pairs):
+            return f"wgmma A and B types must match (or both be fp8, or both 8-bit integers), got .{atype} and .{btype}"
+        if (dtype == "s32") != (atype in ("s8", "u8")):
+            return f"wgmma .s32 accumulation goes with .s8/.u8 inputs and only with them, got .{dtype} with .{atype}"
         step = 8 if atype in ("f16", "bf16", "tf32") else 8
         if not (8 <= n <= 256 and n % step == 0):
             return f"wgmma N must be a multiple of {step} in 8..256, got {n}"
@@ -607,7 +620,7 @@ for _op, _modes in (("rcp", ("approx",) + RND_F), ("sqrt", ("approx",) + RND_F),
                     ("ex2", ("approx",)), ("lg2", ("approx",)), ("sin", ("approx",)), ("cos", ("approx",)),
                     ("tanh", ("approx",))):
     spec(_op, f"{_op}.{{mode}}.{{ftz?}}.{{T0}}", ">d:R:T0 a:R:T0", section="9.7.3.13-22", mode=_modes,
-         T0=("f32", "f64") if _op in ("rcp", "sqrt", "rsqrt") else ("f32",))
+         T0=("f32", "f64") if _op in ("rcp", "sqrt", "rsqrt") else ("f32",), check=_special_fn(_op))
 spec("popc", "popc.{T0}", ">d:R:u32 a:R:T0", section="9.7.1.14", T0=("b32", "b64"))
 spec("clz", "clz.{T0}", ">d:R:u32 a:R:T0", section="9.7.1.15", T0=("b32", "b64"))
 spec("brev", "brev.{T0}", ">d:R:T0 a:R:T0", section="9.7.1.17", T0=("b32", "b64"))
@@ -808,8 +821,8 @@ spec("wgmma.commit_group", "wgmma.commit_group.sync.aligned", section="9.7.15.6.
 spec("wgmma.wait_group", "wgmma.wait_group.sync.aligned", "n:I:u32", section="9.7.15.6.3", ptx=(8, 0),
      target="sm_90a")
 _WG = dict(shape=tuple(f"m64n{n}k{k}" for k in (8, 16, 32) for n in range(8, 257, 8)),
-           T0=("f32", "f16", "s32"), T1=("f16", "bf16", "tf32", "e4m3", "e5m2"),
-           T2=("f16", "bf16", "tf32", "e4m3", "e5m2"))
+           T0=("f32", "f16", "s32"), T1=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"),
+           T2=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"))
 spec("wgmma.mma_async.ss", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
      ">d:V:any a:R:b64 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=False), **_WG)

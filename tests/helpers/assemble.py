@@ -11,9 +11,8 @@ from pkptx.isa import (Kernel, Param, address, b8, b16, b32, b64, bf16, bf16x2, 
 
 ARCHS = ("sm_90", "sm_90a")
 
-# A value to load each register type with in the prologue: (type of the mov, immediate).
-_SEED = {"pred": None, "f16": ("b16", 0x3C00), "bf16": ("b16", 0x3F80), "f16x2": ("b32", 0x3C003C00),
-         "bf16x2": ("b32", 0x3F803F80), "f32": ("f32", 1.5), "f64": ("f64", 2.5)}
+# The value each register type starts with in the prologue (16-bit floats and pairs as raw bits).
+_SEED = {"f16": 0x3C00, "bf16": 0x3F80, "f16x2": 0x3C003C00, "bf16x2": 0x3F803F80, "f32": 1.5, "f64": 2.5}
 
 
 def assert_assembles(kernel: Kernel, arch: str | None = None):
@@ -59,16 +58,9 @@ class Sandbox:
                 self._regs[ty.name] = self._seed(ty, n)
 
     def _seed(self, ty, n):
-        b = self.b
         if ty is pred:
-            return b.setp("lt", u32, n, 7, name="p_seed")
-        how = _SEED.get(ty.name)
-        reg = b.reg(ty, f"{ty.name}_seed")
-        if how is None:
-            b.mov(ty, 3, into=reg)
-        else:
-            b.emit("mov", reg, how[1], types=(how[0],))
-        return reg
+            return self.b.setp("lt", u32, n, 7, name="p_seed")
+        return self.b.mov(ty, _SEED.get(ty.name, 3), name=f"{ty.name}_seed")
 
     def r(self, ty):
         """The prologue's defined register of type ``ty``."""
@@ -76,9 +68,7 @@ class Sandbox:
 
     def fresh(self, ty, name=None):
         """A new register of ``ty`` with a value (a copy of the prologue's)."""
-        reg = self.b.reg(ty, name)
-        self.b.emit("mov", reg, self.r(ty), types=(_MOV_TYPE.get(str(ty), str(ty)),))
-        return reg
+        return self.b.mov(ty, self.r(ty), name=name)
 
     def vec(self, ty, count):
         """A brace vector of ``count`` fresh defined registers of ``ty``."""
@@ -98,5 +88,4 @@ class Sandbox:
         return self.k
 
 
-_MOV_TYPE = {"f16x2": "b32", "bf16x2": "b32", "bf16": "b16"}
 ALL_REG = (b16, b32, b64, u16, u32, u64, s16, s32, s64, f16, bf16, f32, f64, pred, f16x2, bf16x2)

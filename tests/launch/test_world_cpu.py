@@ -395,6 +395,20 @@ def test_ranks_in_different_collectives_are_told_where_each_is(three_ranks):
 
 @needs_mpiexec
 @pytest.mark.mpi
+def test_gpu_program_over_the_fake_drivers_shared_memory():
+    """The GPU test's own program, on host shared memory: its logic runs in CPU CI too."""
+    env = {"PKPTX_TEST_FAKE_DRIVER": "1", "PKPTX_DISABLE_MULTICAST": "1", "PKPTX_EXPECT_RANKS": "3"}
+    proc, results = launcher.run(3, "gpu_symmetric_program.py", env=env, timeout=120)
+    assert sorted(results) == [0, 1, 2], proc.stdout[-4000:] + proc.stderr[-4000:]
+    for rank in range(3):
+        assert results[rank]["setup"]["ok"]
+        for path in ("vmm", "ipc"):
+            assert results[rank][path]["ok"], (rank, path, results[rank][path]["problems"])
+    assert proc.returncode == 0
+
+
+@needs_mpiexec
+@pytest.mark.mpi
 @pytest.mark.parametrize("where", ["world", "heap"])
 def test_rank_killed_during_setup_is_named_within_the_timeout(where):
     timeout = 2.0

@@ -72,8 +72,13 @@ def _tile(ctx: Ctx, cfg: Config, task):
 
 
 def _stage(ctx: Ctx, cfg: Config, it):
-    """(stage, phase parity) of the it-th k-block a role handles."""
+    """(stage, phase parity) of the it-th k-block a role handles (masks and shifts for 2^n stages:
+    this sits on the consumers' critical path, and ptxas leaves a general division there)."""
     b = ctx.b
+    if cfg.stages & (cfg.stages - 1) == 0:
+        shift = cfg.stages.bit_length() - 1
+        return (b.and_(b32, it, cfg.stages - 1, name="stage"),
+                b.and_(b32, b.shr(u32, it, shift), 1, name="phase"))
     return b.rem(u32, it, cfg.stages, name="stage"), b.and_(b32, b.div(u32, it, cfg.stages), 1, name="phase")
 
 
