@@ -5,6 +5,8 @@ and the ``range`` generator; every instruction method also takes ``pred=`` to gu
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import contextmanager
 
 from ..errors import PTXBuildError
@@ -16,7 +18,7 @@ from .ops_data import DataOps
 from .ops_mma import MmaOps
 from .ops_sync import SyncOps
 from .types import PtxType, pred, ptx_type, u32
-from .validate import lookup, validate
+from .validate import locate, lookup, validate
 from .values import Imm, Label, NotPred, Reg, Vec
 
 
@@ -50,6 +52,28 @@ def _origin_text():
     return str(origin) if origin else None
 
 
+def _located(method):
+    """Wrap a Builder method so a PTXBuildError raised before ``emit`` (a bad type name, a wrong
+    operand count, an unknown parameter...) also names the user's file:line."""
+    @functools.wraps(method)
+    def located(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except PTXBuildError as exc:
+            if exc.origin is not None:
+                raise
+            raise locate(exc) from None
+    return located
+
+
+def _locate_methods(cls):
+    for name in dir(cls):
+        method = getattr(cls, name)
+        if not name.startswith("_") and inspect.isfunction(method) and not inspect.isgeneratorfunction(method):
+            setattr(cls, name, _located(method))
+    return cls
+
+
 class Loop:
     """Handle for ``with b.loop() as lp``: ``lp.break_if(p)`` / ``lp.continue_if(p)``."""
 
@@ -77,6 +101,7 @@ class _Arm:
         return False
 
 
+@_locate_methods
 class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
     """Emits into ``kernel``. Obtain one with ``Kernel.builder()``."""
 
@@ -107,15 +132,15 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
         ``mods`` maps modifier-group names to options (enums, strings, or True for a flag group);
         None and False mean absent.
         """
-        spec = lookup(key)
-        mods = {k: (_flag(spec, k) if v is True else spell(v)) for k, v in mods.items()
-                if v is not None and v is not False and v != ""}
-        types = tuple(ptx_type(t).name for t in types)
-        ops = [None if v is None else as_operand(v) for v in operands]
-        while ops and ops[-1] is None:
-            ops.pop()
         origin = capture_origin()
         try:
+            spec = lookup(key)
+            mods = {k: (_flag(spec, k) if v is True else spell(v)) for k, v in mods.items()
+                    if v is not None and v is not False and v != ""}
+            types = tuple(ptx_type(t).name for t in types)
+            ops = [None if v is None else as_operand(v) for v in operands]
+            while ops and ops[-1] is None:
+                ops.pop()
             text, rendered, defs, uses, version = validate(spec, mods, types, ops)
             guard = self._guard(pred)
             if pred is not None:

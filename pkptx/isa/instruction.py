@@ -1,6 +1,7 @@
 """One emitted line of PTX, frozen, with the Python frame that emitted it."""
 from __future__ import annotations
 
+import inspect
 import os
 import traceback
 from dataclasses import dataclass
@@ -30,9 +31,13 @@ class Origin:
 
 
 def capture_origin() -> Origin | None:
-    """Walk the stack outward (``traceback.walk_stack``) to the caller of the ISA layer."""
+    """Walk the stack outward (``traceback.walk_stack``) to the caller of the ISA layer.
+
+    The walk starts at this frame explicitly: ``walk_stack(None)`` starts a version-dependent number
+    of frames up (four on Python 3.11), which skipped the user's own frame when they called
+    ``Builder.emit`` directly."""
     site = user = None
-    for frame, lineno in traceback.walk_stack(None):
+    for frame, lineno in traceback.walk_stack(inspect.currentframe()):
         filename = frame.f_code.co_filename
         absname = os.path.abspath(filename)
         if site is None:

@@ -8,6 +8,7 @@ from ..errors import PTXBuildError, TargetError
 from .instruction import Instruction, capture_origin
 from .names import NameScope
 from .types import REGISTER_TYPES, ptx_type
+from .validate import locate
 from .values import Param, Reg, Symbol
 
 MAX_PTX = (9, 0)          # the newest PTX ISA the GPU machine's driver accepts
@@ -29,20 +30,21 @@ class Kernel:
                  max_threads=None, req_threads=None, min_blocks: int | None = None, max_regs: int | None = None,
                  cluster=None, dynamic_smem: int = 0):
         if not name.isidentifier():
-            raise PTXBuildError(f"kernel name {name!r} must be an identifier")
+            raise locate(PTXBuildError(f"kernel name {name!r} must be an identifier"))
         if target not in (None, "sm_90", "sm_90a"):
-            raise TargetError(f"target must be 'sm_90' or 'sm_90a', got {target!r}")
+            raise locate(TargetError(f"target must be 'sm_90' or 'sm_90a', got {target!r}"))
         self.name = name
         self.params = tuple(p if isinstance(p, Param) else Param(*p) for p in params)
         seen = set()
         for p in self.params:
             if p.name in seen or not p.name.isidentifier():
-                raise PTXBuildError(f"parameter name {p.name!r} is repeated or not an identifier")
+                raise locate(PTXBuildError(f"parameter name {p.name!r} is repeated or not an identifier"))
             seen.add(p.name)
         self.pinned_target = target
         self.pinned_version = tuple(ptx_version) if ptx_version else None
         if self.pinned_version and self.pinned_version > MAX_PTX:
-            raise TargetError(f"ptx_version {self.pinned_version} is above {MAX_PTX}, the newest the driver takes")
+            raise locate(TargetError(f"ptx_version {self.pinned_version} is above {MAX_PTX}, the newest the "
+                                     f"driver takes"))
         self.max_threads = _dims(max_threads, "max_threads")
         self.req_threads = _dims(req_threads, "req_threads")
         self.cluster = _dims(cluster, "cluster")
@@ -72,13 +74,13 @@ class Kernel:
         for p in self.params:
             if p.name == name:
                 return p
-        raise PTXBuildError(f"kernel {self.name} has no parameter {name!r}; it has "
-                            f"{', '.join(p.name for p in self.params) or 'none'}")
+        raise locate(PTXBuildError(f"kernel {self.name} has no parameter {name!r}; it has "
+                                   f"{', '.join(p.name for p in self.params) or 'none'}"))
 
     def shared(self, name: str, nbytes: int, align: int = 16) -> Symbol:
         """A static ``.shared .align <align> .b8 name[nbytes]``; use it as an address base."""
         if nbytes <= 0 or align <= 0 or align & (align - 1):
-            raise PTXBuildError(f"shared {name!r}: nbytes must be > 0 and align a power of two")
+            raise locate(PTXBuildError(f"shared {name!r}: nbytes must be > 0 and align a power of two"))
         sym = Symbol(f"{name}", "shared")
         self._shared.append((sym, nbytes, align))
         return sym
@@ -86,7 +88,7 @@ class Kernel:
     def dynamic_shared(self, name: str = "dsmem", align: int = 1024) -> Symbol:
         """The dynamic shared-memory window ``.extern .shared .align <align> .b8 name[]``."""
         if self._dynamic is not None:
-            raise PTXBuildError("a kernel has one dynamic shared-memory window")
+            raise locate(PTXBuildError("a kernel has one dynamic shared-memory window"))
         sym = Symbol(name, "shared")
         self._dynamic = (sym, align)
         return sym
@@ -224,5 +226,5 @@ def _dims(value, what):
         return None
     dims = (value,) if isinstance(value, int) else tuple(value)
     if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
-        raise PTXBuildError(f"{what} must be 1 to 3 positive ints, got {value!r}")
+        raise locate(PTXBuildError(f"{what} must be 1 to 3 positive ints, got {value!r}"))
     return dims + (1,) * (3 - len(dims))

@@ -56,7 +56,7 @@ class DataOps:
         p = self.kernel.param(param) if isinstance(param, str) else param
         if p.is_bytes:
             raise PTXBuildError(f"parameter {p.name} is a byte array; take its address with "
-                                f"b.mov(u64, kernel.param('{p.name}').symbol) or use it as a tensor map")
+                                f"b.param_address('{p.name}') (a tensor map) instead of loading it")
         return self.ld(p.type, address(p), space="param", name=name or p.name)
 
     def param_address(self, param, *, name=None) -> Reg:

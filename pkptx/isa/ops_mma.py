@@ -26,7 +26,8 @@ class MmaOps:
 
         ``a`` is a 64-bit shared-memory descriptor register, or a Vec of 4 .b32 registers (A from
         registers). ``scale_d`` is a predicate (or 0/1): 0 overwrites ``acc``, 1 accumulates.
-        Transpose immediates apply to 16-bit inputs only; pass None for other types.
+        Transpose immediates apply to 16-bit inputs only and are dropped for other types; .s8/.u8
+        inputs (with .s32 accumulators) take no scale-a/scale-b immediates, so those are dropped too.
         """
         atype = ptx_type(atype)
         btype = ptx_type(btype or atype)
@@ -36,6 +37,8 @@ class MmaOps:
         register_a = isinstance(a, Vec)
         if atype.bits != 16:
             trans_a = trans_b = None
+        if atype.name in ("s8", "u8"):           # integer wgmma has no scale-a/scale-b immediates
+            scale_a = scale_b = None
         operands = [acc, a, b_desc, scale_d, scale_a, scale_b]
         operands += [trans_b] if register_a else [trans_a, trans_b]
         self.emit("wgmma.mma_async.rs" if register_a else "wgmma.mma_async.ss", *operands,

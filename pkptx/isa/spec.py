@@ -504,9 +504,10 @@ def _check_wgmma(register_a: bool):
             return f"wgmma A and B types must match (or both be fp8, or both 8-bit integers), got .{atype} and .{btype}"
         if (dtype == "s32") != (atype in ("s8", "u8")):
             return f"wgmma .s32 accumulation goes with .s8/.u8 inputs and only with them, got .{dtype} with .{atype}"
-        step = 8 if atype in ("f16", "bf16", "tf32") else 8
-        if not (8 <= n <= 256 and n % step == 0):
-            return f"wgmma N must be a multiple of {step} in 8..256, got {n}"
+        integer = atype in ("s8", "u8")
+        if not (8 <= n <= 256 and n % 8 == 0) or (integer and n > 32 and n % 16):
+            legal = "8, 16, 24, 32, then multiples of 16 up to 256" if integer else "multiples of 8 in 8..256"
+            return f"wgmma N with .{atype} inputs is one of {legal}; got {n}"
         if dtype == "f16" and atype not in ("f16", "e4m3", "e5m2"):
             return f"wgmma .f16 accumulation needs .f16 or fp8 inputs, not .{atype}"
         regs = n // 2 if dtype in ("f32", "s32") else n // 4
@@ -526,7 +527,11 @@ def _check_wgmma(register_a: bool):
         if transposable and ops.get("tb") is None:
             return "wgmma with 16-bit inputs takes the transpose-B immediate (and transpose-A for descriptor A)"
         for name in ("sa", "sb"):
-            if ops[name].value not in (1, -1):
+            if integer and ops.get(name) is not None:
+                return "integer wgmma (.s8/.u8) takes no scale-a/scale-b immediates"
+            if not integer and ops.get(name) is None:
+                return f"wgmma with .{atype} inputs takes the scale-a and scale-b immediates (1 or -1)"
+            if not integer and ops[name].value not in (1, -1):
                 return f"wgmma scale immediates are 1 or -1, got {ops[name].value}"
         return None
     return check
@@ -664,7 +669,7 @@ spec("ld", "ld.{sem?}.{scope?}.{space?}.{nc?}.{cache?}.{evict?}.{prefetch?}.{hin
      check=_addr64(_check_ldst(load=True)), versions=(("b128", (8, 3)),))
 spec("st", "st.{sem?}.{scope?}.{space?}.{cache?}.{evict?}.{hint?}.{vec?}.{T0}", "addr:A b:RIV:T0w policy?:R:b64",
      section="9.7.9.9", sem=("weak", "relaxed", "release", "volatile"), scope=SCOPES,
-     space=("global", "shared", "shared::cta", "shared::cluster", "local", "param"),
+     space=("global", "shared", "shared::cta", "shared::cluster", "local"),
      cache=("wb", "cg", "cs", "wt"),
      evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
      hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST, check=_addr64(_check_ldst(load=False)),
@@ -824,10 +829,10 @@ _WG = dict(shape=tuple(f"m64n{n}k{k}" for k in (8, 16, 32) for n in range(8, 257
            T0=("f32", "f16", "s32"), T1=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"),
            T2=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"))
 spec("wgmma.mma_async.ss", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
-     ">d:V:any a:R:b64 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
+     ">d:V:any a:R:b64 b:R:b64 scale:RI:pred sa?:I:s32 sb?:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=False), **_WG)
 spec("wgmma.mma_async.rs", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
-     ">d:V:any a:V:b32 b:R:b64 scale:RI:pred sa:I:s32 sb:I:s32 tb?:I:s32", section="9.7.15.5.2",
+     ">d:V:any a:V:b32 b:R:b64 scale:RI:pred sa?:I:s32 sb?:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=True), **_WG)
 spec("setmaxnreg", "setmaxnreg.{action}.sync.aligned.u32", "n:I:u32", section="9.7.19.1", ptx=(8, 0),
      target="sm_90a", action=("inc", "dec"), check=_check_setmaxnreg)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 
 from ..errors import PTXBuildError
+from .instruction import capture_origin
 from .spec import SPECS, Spec
 from .types import PtxType, compatible, pred, ptx_type
 from .values import Addr, Imm, NotPred, Pipe, Reg, Sink, Special, Symbol, TensorRef, Vec, Label
@@ -17,6 +18,15 @@ _KIND = {Reg: "R", NotPred: "R", Imm: "I", Addr: "A", Vec: "V", Special: "S", Sy
 _KIND_NAMES = {"R": "register", "I": "immediate", "A": "address [..]", "V": "brace vector {..}",
                "S": "special register", "Y": "symbol", "L": "label", "M": "tensor reference [tmap, {..}]",
                "K": "pipe pair d|p", "N": "sink _"}
+
+
+def locate(exc: PTXBuildError) -> PTXBuildError:
+    """``exc`` with the user's ``file:line`` attached (the first frame outside pkptx/isa), unless it
+    already names one. Every error the ISA layer raises goes through here or through Builder.emit."""
+    if exc.origin is not None:
+        return exc
+    origin = capture_origin()
+    return type(exc)(exc.args[0], str(origin) if origin else None)
 
 
 def lookup(key: str) -> Spec:
@@ -106,6 +116,14 @@ def _check_operand(value, op, spec, mods, types) -> str | None:
         base = value.base
         if isinstance(base, Reg) and (base.type.bits not in (32, 64) or base.type.is_float):
             return f"address base {base.name} must be a 32- or 64-bit integer register, not .{base.type}"
+        if isinstance(base, Symbol) and "space" in spec.groups:
+            space = mods.get("space")
+            fits = space == "param" if base.space == "param" else \
+                (space is None or space.startswith("shared")) if base.space == "shared" else True
+            if not fits:
+                want = ".param" if base.space == "param" else "a .shared space (or none, generic)"
+                return (f"address [{base.name}] is a .{base.space} variable, so the instruction needs {want}, "
+                        f"not {'.' + space if space else 'a generic access'}")
         return None
     if kind == "M":
         tmap = value.tmap

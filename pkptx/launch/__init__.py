@@ -7,12 +7,16 @@ from .array import ArrayError, DeviceArray, as_dtype, device_pointer, empty, fro
 from .config import DeviceLimits, LaunchConfig
 from .device import Device, Event, Stream, synchronize
 from .dlpack import DLPackError
+from .flags import FlagArray, host_barrier
 from .graph import Capture, Graph, capture
 from .launch import Kernel, Packer, launch
 from .module import Function, get_function
+from .multicast import multicast_policy
 from .pool import CachingPool, DriverPool, default_pool, set_default_pool
+from .symmetric import SymmetricBuffer, SymmetricHeap
 from .tensormap import TensorMap, TensorMapError, TiledSpec, describe_tiled
 from .timing import Timing, evict_l2, time_cuda
+from .world import World
 
 __all__ = [
     "ArrayError", "DeviceArray", "as_dtype", "device_pointer", "empty", "from_dlpack", "from_numpy",
@@ -25,11 +29,5 @@ __all__ = [
     "CachingPool", "DriverPool", "default_pool", "set_default_pool",
     "TensorMap", "TensorMapError", "TiledSpec", "describe_tiled",
     "Timing", "evict_l2", "time_cuda",
+    "World", "SymmetricHeap", "SymmetricBuffer", "FlagArray", "host_barrier", "multicast_policy",
 ]
-
-# --- multi-GPU names (World, SymmetricBuffer, ...) -------------------------------------------
-# Reserved for pkptx/launch/world.py and symmetric.py, added by their authors:
-#   from .world import World
-#   from .symmetric import SymmetricBuffer
-#   __all__ += ["World", "SymmetricBuffer"]
-# ----------------------------------------------------------------------------------------------

@@ -29,8 +29,15 @@ _KINDS = "biufc"
 _ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
+_dtypes: dict = {}   # accepted spellings -> dtype: np.dtype() costs more than the rest of empty()
+
+
 def as_dtype(dtype) -> np.dtype:
     """A numpy dtype for ``dtype`` (numpy types and names, plus bfloat16/float8 from ml_dtypes)."""
+    try:
+        return _dtypes[dtype]
+    except (KeyError, TypeError):
+        pass
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -38,10 +45,16 @@ def as_dtype(dtype) -> np.dtype:
     if dt is None or not (dt.kind in _KINDS or dt.name in _ML_NAMES) or dt.byteorder == ">":
         raise ArrayError(f"dtype={dtype!r}: expected a native-endian bool, integer, float or complex "
                          f"dtype, or one of {', '.join(_ML_NAMES)}")
+    try:
+        _dtypes[dtype] = dt
+    except TypeError:
+        pass
     return dt
 
 
 def _shape(shape) -> tuple[int, ...]:
+    if type(shape) is int and shape >= 0:
+        return (shape,)
     dims = shape if isinstance(shape, (tuple, list)) else (shape,)
     try:
         out = tuple(operator.index(d) for d in dims)
@@ -94,6 +107,14 @@ class DeviceArray:
                 raise ArrayError(f"strides={strides!r}: expected {len(self.shape)} strides (in elements) "
                                  f"for shape {self.shape}")
         self.owner, self.device, self.stream = owner, device, stream
+
+    @classmethod
+    def _trusted(cls, ptr: int, shape: tuple, dtype: np.dtype, strides: tuple, owner, device, stream):
+        """Construct from values already checked (the allocation path skips re-validation)."""
+        self = object.__new__(cls)
+        self.ptr, self.shape, self.dtype, self.strides = ptr, shape, dtype, strides
+        self.owner, self.device, self.stream = owner, device, stream
+        return self
 
     @classmethod
     def from_pointer(cls, ptr: int, shape, dtype, strides=None, owner=None, device: Device | None = None):
@@ -213,11 +234,12 @@ def empty(shape, dtype, device: Device | None = None, stream=None) -> DeviceArra
     """An uninitialised C-contiguous array from the device's default pool, ordered on ``stream``."""
     shape, dtype = _shape(shape), as_dtype(dtype)
     s = as_stream(stream)
-    dev = (device or s.device or Device.current()).set_current()
+    explicit = device or s.device
+    dev = explicit.set_current() if explicit else Device.current()
     nbytes = prod(shape) * dtype.itemsize
     pool = default_pool(dev)
     ptr = pool.allocate(nbytes, s.cu)
-    return DeviceArray(ptr, shape, dtype, None, Allocation(ptr, nbytes, pool, s), dev, s)
+    return DeviceArray._trusted(ptr, shape, dtype, c_strides(shape), Allocation(ptr, nbytes, pool, s), dev, s)
 
 
 def from_numpy(arr, stream=None, device: Device | None = None) -> DeviceArray:
@@ -235,7 +257,7 @@ def from_dlpack(obj, stream=None) -> DeviceArray:
         return obj
     if not hasattr(obj, "__dlpack__"):
         raise ArrayError(f"from_dlpack: {type(obj).__name__} has no __dlpack__")
-    device_type, device_id = obj.__dlpack_device__()
+    device_type, _ = obj.__dlpack_device__()
     if device_type not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
         raise dlpack.DLPackError(f"from_dlpack: {type(obj).__name__} lives on DLPack device type "
                                  f"{device_type}; expected CUDA ({dlpack.KDL_CUDA}) or CUDA managed memory")

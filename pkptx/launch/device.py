@@ -48,6 +48,9 @@ class Device:
     _lock = threading.Lock()
 
     def __new__(cls, ordinal: int = 0):
+        dev = cls._instances.get(ordinal)
+        if dev is not None:
+            return dev
         with cls._lock:
             dev = cls._instances.get(ordinal)
             if dev is None:
@@ -72,10 +75,12 @@ class Device:
     @classmethod
     def current(cls) -> "Device":
         """The device of the calling thread's current context; device 0 (made current) if none."""
-        ctx = call("cuCtxGetCurrent")
-        if ctx is None or int(ctx) == 0:
-            return cls(0).set_current()
-        return cls(int(call("cuCtxGetDevice")))
+        try:
+            return cls(int(call("cuCtxGetDevice")))
+        except CudaError as exc:
+            if exc.name != "CUDA_ERROR_INVALID_CONTEXT":
+                raise
+        return cls(0).set_current()
 
     @property
     def context(self):

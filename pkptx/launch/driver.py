@@ -19,6 +19,10 @@ _HINTS = {
     "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES": "too many registers or threads per block for this kernel",
     "CUDA_ERROR_INVALID_VALUE": "an argument to the driver call is out of range",
     "CUDA_ERROR_NOT_SUPPORTED": "the device or driver lacks this feature",
+    "CUDA_ERROR_INVALID_CONTEXT": "no CUDA context is current on this thread; call pkptx.launch.Device(n).set_current()",
+    "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED": "a synchronous call (or the legacy default stream) was used while "
+                                             "a stream was being captured into a graph",
+    "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED": "an earlier error or unsupported call broke the stream capture",
 }
 
 _init_lock = threading.Lock()

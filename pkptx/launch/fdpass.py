@@ -62,7 +62,7 @@ def exchange_fds(world: World, fds: Sequence[int], *, payload: bytes = b"",
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     outgoing: dict[int, socket.socket] = {}
     received: dict[int, Received] = {}
-    waiting_on: tuple[list[int], str] = ([], "to start")  # who we block on now, for the error
+    waiting_on: tuple[list[int], str] = ([], "start")  # who we block on now, for the error
     try:
         listener.bind(_address(world.unique_name(purpose)))
         listener.listen(max(1, len(peers)))
@@ -70,13 +70,13 @@ def exchange_fds(world: World, fds: Sequence[int], *, payload: bytes = b"",
         deadline = time.monotonic() + limit
         header = _HEADER.pack(bytes.fromhex(world.token), world.rank, len(fds))
         for peer in peers:  # never blocks for long: the connection waits in the peer's backlog
-            waiting_on = ([peer], "to accept a connection")
+            waiting_on = ([peer], "accept our connection")
             outgoing[peer] = sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             sock.settimeout(_remaining(deadline))
             sock.connect(_address(world.unique_name(purpose, peer)))
             socket.send_fds(sock, [header + payload], list(fds))
         while len(received) < len(peers):
-            waiting_on = ([p for p in peers if p not in received], "to send its fds")
+            waiting_on = ([p for p in peers if p not in received], "send its fds")
             listener.settimeout(_remaining(deadline))
             conn, _ = listener.accept()
             with conn:
@@ -85,7 +85,7 @@ def exchange_fds(world: World, fds: Sequence[int], *, payload: bytes = b"",
                 received[rank] = got
                 conn.sendall(_ACK)
         for peer, sock in outgoing.items():
-            waiting_on = ([peer], "to acknowledge our fds")
+            waiting_on = ([peer], "acknowledge our fds")
             sock.settimeout(_remaining(deadline))
             if sock.recv(1) != _ACK:
                 raise WorldError(f"{what}: rank {peer} closed the connection without acknowledging our fds")
@@ -94,11 +94,11 @@ def exchange_fds(world: World, fds: Sequence[int], *, payload: bytes = b"",
             got.close()
         ranks, doing = waiting_on
         if isinstance(exc, socket.timeout):
-            raise WorldError(f"{what}: {format_ranks(ranks)} did not come {doing} within {limit:g} s "
+            raise WorldError(f"{what}: {format_ranks(ranks)} did not {doing} within {limit:g} s "
                              f"(seen from rank {world.rank})") from None
         if isinstance(exc, OSError):
             raise WorldError(f"{what}: socket error on rank {world.rank} while waiting for "
-                             f"{format_ranks(ranks)} {doing}: {exc}") from exc
+                             f"{format_ranks(ranks)} to {doing}: {exc}") from exc
         raise
     finally:
         listener.close()

@@ -1,8 +1,10 @@
 """Kernel launches: argument packing derived from the kernel's ``.param`` list, and ``cuLaunchKernelEx``.
 
 The host cost of a launch is what a Python loop of small kernels pays, so the hot path does little:
-one struct ``pack_into`` writes every argument into a per-thread buffer whose ``void**`` array was
-built once, and the native ``CUlaunchConfig`` is built once per (config, stream) after validation.
+one struct ``pack_into`` (in a function generated once per parameter list) writes every argument into
+a per-thread buffer whose ``void**`` array was built once, that address goes to ``cuLaunchKernelEx``
+as ``kernelParams``, and the native ``CUlaunchConfig`` is built once per (config, stream) after
+validation.
 Argument checking is left to ``struct`` (it range-checks every integer width); only when it fails is
 each argument checked again, slowly, to name the one that is wrong.
 """

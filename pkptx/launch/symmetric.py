@@ -47,7 +47,7 @@ def check_agreement(what: str, requests: list, describe: Callable[[Any], str] = 
         groups.setdefault(key, []).append(rank)
     offenders = [r for r, k in enumerate(keys) if k != intended]
     lines = [f"  {format_ranks(ranks)}: {_describe(requests[ranks[0]], describe)}"
-             for key, ranks in sorted(groups.items(), key=lambda kv: (kv[0] != intended, kv[1]))]
+             for _, ranks in sorted(groups.items(), key=lambda kv: (kv[0] != intended, kv[1]))]
     raise WorldError(f"{what}: {format_ranks(offenders)} asked for something else than "
                      f"{format_ranks(groups[intended])}; every rank must make the same request, "
                      "in the same order:\n" + "\n".join(lines))
@@ -64,10 +64,10 @@ def agree(world: World, what: str, request, describe: Callable[[Any], str] = rep
     check_agreement(what, world.allgather(request, what=what), describe)
 
 
-def _normalize(shape, dtype, align: int, max_align: int) -> tuple[tuple[int, ...], np.dtype]:
+def _normalize(shape, dtype, align, max_align: int) -> tuple[tuple[int, ...], np.dtype]:
+    """The canonical (shape, dtype) of a buffer request, or PkptxError saying what is wrong."""
     try:
-        dims = (operator.index(shape),) if not isinstance(shape, (tuple, list)) else \
-            tuple(operator.index(d) for d in shape)
+        dims = tuple(operator.index(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     except TypeError:
         raise PkptxError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
     if any(d < 0 for d in dims) or math.prod(dims) == 0:
@@ -78,8 +78,8 @@ def _normalize(shape, dtype, align: int, max_align: int) -> tuple[tuple[int, ...
         raise PkptxError(f"dtype {dtype!r} is not a numpy dtype") from None
     if dt.hasobject or dt.itemsize == 0 or not dt.isnative:
         raise PkptxError(f"dtype {dt} cannot live in device memory (object, empty or byte-swapped)")
-    if align < _TABLE_ALIGN or align & (align - 1) or align > max_align:
-        raise PkptxError(f"align={align} must be a power of two from {_TABLE_ALIGN} to {max_align}")
+    if not isinstance(align, int) or align < _TABLE_ALIGN or align & (align - 1) or align > max_align:
+        raise PkptxError(f"align={align!r} must be a power of two from {_TABLE_ALIGN} to {max_align}")
     return dims, dt
 
 
@@ -89,7 +89,7 @@ def _describe_request(request) -> str:
 
 
 def check_alloc_request(world: World, shape, dtype, *, align: int = DEFAULT_ALIGN,
-                        max_align: int = 1 << 21) -> tuple[tuple[int, ...], np.dtype]:
+                        max_align: int = 2 << 20) -> tuple[tuple[int, ...], np.dtype]:
     """Collective: ``(shape, dtype)`` normalized, once every rank asked for the same buffer.
 
     Otherwise a WorldError on every rank names the ranks that differ and what each asked for.
@@ -159,18 +159,20 @@ class SymmetricHeap:
     ``path="vmm"`` (cuMemCreate, fds passed over a socket) or ``"ipc"`` (cuMemAlloc + legacy IPC
     handles). With ``multicast=True`` a multicast object is bound over the heap only if the gate
     opens on every rank (see :mod:`pkptx.launch.multicast`); ``multicast_reason`` says why or why
-    not. ``base_ptrs[i]``: where this process sees rank i's heap. Every rank on one node.
+    not. ``device``: this rank's GPU (ordinal or Device; default :meth:`World.device_ordinal`).
+    ``base_ptrs[i]``: where this process sees rank i's heap. Every rank on one node.
     """
 
     def __init__(self, world: World, nbytes: int, *, path: str = "vmm", multicast: bool = False,
-                 device: int | None = None):
+                 device: int | Device | None = None):
         self.world, self.closed = world, True
         try:
             size = operator.index(nbytes)
             if size <= 0 or path not in PATHS or not isinstance(multicast, bool):
                 raise PkptxError(f"need nbytes > 0, path in {PATHS} and multicast a bool; got "
                                  f"nbytes={nbytes!r}, path={path!r}, multicast={multicast!r}")
-            ordinal = world.device_ordinal() if device is None else operator.index(device)
+            ordinal = (world.device_ordinal() if device is None
+                       else operator.index(getattr(device, "ordinal", device)))
             mine = (size, path, multicast)
         except (TypeError, PkptxError) as exc:  # reported on every rank by agree()
             mine = ("invalid", f"{type(exc).__name__}: {exc}")

@@ -14,7 +14,6 @@ import os
 import pickle
 import re
 import secrets
-import socket
 import struct
 import time
 import warnings
@@ -75,12 +74,11 @@ class World:
         base = MPI.COMM_WORLD if comm is None else comm
         self._setup(MPI, base.Get_rank(), base.Get_size(), timeout)
         token = secrets.token_hex(8) if self.rank == 0 else ""
-        hello = pickle.dumps((os.getpid(), socket.gethostname(), token))
+        hello = pickle.dumps((os.getpid(), token))
         greetings = [pickle.loads(g) for g in
                      self._exchange(base, hello, HELLO_TAG, "World(): greeting every rank", None)]
         self.pids = [g[0] for g in greetings]
-        self.hosts = [g[1] for g in greetings]
-        self.token = greetings[0][2]
+        self.token = greetings[0][1]
         self._comm = base.Dup()
         self._local = self._comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = self._local.Get_rank(), self._local.Get_size()
@@ -95,7 +93,7 @@ class World:
         """A world of one rank that never imports mpi4py: for scripts, tests, single-GPU runs."""
         self = cls.__new__(cls)
         self._setup(None, 0, 1, timeout)
-        self.pids, self.hosts, self.token = [os.getpid()], [socket.gethostname()], secrets.token_hex(8)
+        self.pids, self.token = [os.getpid()], secrets.token_hex(8)
         self._comm = self._local = None
         self.local_rank, self.local_size, self.local_ranks = 0, 1, [0]
         atexit.register(self.close)
@@ -259,7 +257,12 @@ class World:
     def on_close(self, closer: Callable[[], None]) -> Callable[[], None]:
         """Run ``closer`` when the world closes (newest first); returns a function that forgets it."""
         self._closers.append(closer)
-        return lambda: self._closers.remove(closer) if closer in self._closers else None
+
+        def forget() -> None:
+            if closer in self._closers:
+                self._closers.remove(closer)
+
+        return forget
 
     def close(self) -> None:
         """Close what was built on this world (heaps: newest first), then free the communicators.

@@ -1,18 +1,19 @@
-"""``pkptx.gemm(a, b, out=None, stream=None)``: C = A · Bᵀ with the warp-specialized TMA/wgmma kernel."""
+"""``pkptx.gemm(a, b, out=None, *, b_layout="nk", stream=None)``: the warp-specialized TMA/wgmma GEMM."""
 from __future__ import annotations
 
-from ..errors import PkptxError
-from ..launch import Device, Kernel, TensorMap, as_dtype, empty, from_dlpack
+from ..launch import Device, TensorMap, as_dtype, empty, from_dlpack
 from ..launch.array import DeviceArray
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..templates.gemm_parts import STAGING_BYTES, TILE_K
 from ..templates.kernels import gemm as kernel
-from ..toolchain import build_cached
+from .common import ArgumentError, load, ordered_args
 
 _NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
-_loaded: dict = {}
+_tmaps: dict = {}
+_TMAP_CACHE = 256
 
 
-class GemmArgumentError(PkptxError, ValueError):
+class GemmArgumentError(ArgumentError):
     """A gemm argument of the wrong shape, dtype or layout (raised before any GPU work)."""
 
 
@@ -26,13 +27,32 @@ def _as_array(x, name: str) -> DeviceArray:
                                 f"{type(x).__name__}") from exc
 
 
-def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=None) -> tuple[int, int, int]:
+def _tensor_map(arr: DeviceArray, box: tuple[int, int]) -> TensorMap:
+    """Tensor maps depend only on address, shape, strides, dtype and box: reuse them across calls
+    (encoding one costs a driver call, a large share of a small GEMM's host time)."""
+    key = (arr.ptr, arr.shape, arr.strides, str(arr.dtype), box)
+    tmap = _tmaps.get(key)
+    if tmap is None:
+        if len(_tmaps) >= _TMAP_CACHE:
+            _tmaps.pop(next(iter(_tmaps)))
+        tmap = _tmaps[key] = TensorMap.tiled(arr, box=box, swizzle=128)
+    return tmap
+
+
+def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=None, *,
+                 b_layout: str = "nk") -> tuple[int, int, int]:
     """(M, N, K) after checking every rule of the kernel; no GPU needed."""
+    if b_layout not in ("nk", "kn"):
+        raise GemmArgumentError(f"gemm: b_layout must be 'nk' (B is N x K, C = A·Bᵀ) or 'kn' (B is K x N, "
+                                f"C = A·B), got {b_layout!r}")
     if len(a_shape) != 2 or len(b_shape) != 2:
         raise GemmArgumentError(f"gemm: a and b must be 2-D, got a{tuple(a_shape)} and b{tuple(b_shape)}")
-    (m, k), (n, kb) = a_shape, b_shape
+    m, k = a_shape
+    n, kb = b_shape if b_layout == "nk" else b_shape[::-1]
     if kb != k:
-        raise GemmArgumentError(f"gemm: b must be N x K with K = a.shape[1] = {k} (C = A·Bᵀ), got b{tuple(b_shape)}")
+        want = "N x K" if b_layout == "nk" else "K x N"
+        raise GemmArgumentError(f"gemm: with b_layout={b_layout!r}, b must be {want} with K = a.shape[1] = {k}, "
+                                f"got b{tuple(b_shape)}")
     for name, value in (("M", m), ("N", n), ("K", k)):
         if value <= 0 or value % 16:
             raise GemmArgumentError(f"gemm: {name} = {value} must be a positive multiple of 16")
@@ -45,39 +65,47 @@ def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=N
     return m, n, k
 
 
-def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str) -> kernel.Config:
-    """Tile shape per problem: 128x256 when there are enough tiles to fill the device, else 128x128."""
-    sms = Device.current().sm_count
-    if (m // 128) * (n // 256) >= sms or n % 256 == 0 and n >= 2048:
-        return kernel.Config(dtype=dtype, out_dtype=out_dtype, tile_m=128, tile_n=256, stages=4)
-    return kernel.Config(dtype=dtype, out_dtype=out_dtype, tile_m=128, tile_n=128, stages=6)
+def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk",
+                  *, sm_count: int, smem_limit: int) -> kernel.Config:
+    """Tile shape per problem from the device's SM count and shared-memory limit: 128 x 256 tiles when
+    the problem fills the device with them, else 128 x 128; then as many stages as fit."""
+    wide = -(-m // 128) * -(-n // 256) >= sm_count
+    tile_n = 256 if wide else 128
+    per_stage = (128 + tile_n) * TILE_K * 2
+    stages = min(8, (smem_limit - 2 * STAGING_BYTES - 1024) // per_stage)
+    if wide and stages > 4:
+        stages = 4
+    return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=128, tile_n=tile_n,
+                         stages=stages)
 
 
-def gemm(a, b, out=None, *, stream=None, config: kernel.Config | None = None,
+def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Config | None = None,
          timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
-    """C = A · Bᵀ for A (M x K) and B (N x K), both row-major bf16 or f16; C (M x N) bf16 unless ``out``
-    says otherwise. Returns ``out`` (allocated when None)."""
+    """C = A·Bᵀ (``b_layout="nk"``: B is N x K) or C = A·B (``"kn"``: B is K x N) for row-major bf16/f16
+    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     out = _as_array(out, "out") if out is not None else None
     out_dtype = out.dtype if out is not None else a.dtype
-    m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, out.shape if out is not None else None, out_dtype)
+    m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, out.shape if out is not None else None, out_dtype,
+                           b_layout=b_layout)
     for name, arr in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
         if not arr.is_contiguous:
             raise GemmArgumentError(f"gemm: {name} must be C-contiguous")
-    cfg = config or choose_config(m, n, k, _NAMES[str(a.dtype)], _NAMES[str(out_dtype)])
+    device = Device.current()
+    cfg = config or choose_config(m, n, k, _NAMES[str(a.dtype)], _NAMES[str(out_dtype)], b_layout,
+                                  sm_count=device.sm_count, smem_limit=device.smem_per_block_optin)
+    if cfg.b_layout != b_layout:
+        raise GemmArgumentError(f"gemm: config.b_layout={cfg.b_layout!r} but b_layout={b_layout!r}")
     if out is None:
         out = empty((m, n), as_dtype(out_dtype))
-    device = Device.current()
-    key = (cfg, device.ordinal)
-    if key not in _loaded:
-        _loaded[key] = Kernel.load(build_cached(kernel.build, cfg), device)
-    tmap_a = TensorMap.tiled(a, box=(cfg.tile_m, kernel.TILE_K), swizzle=128)
-    tmap_b = TensorMap.tiled(b, box=(cfg.tile_n, kernel.TILE_K), swizzle=128)
+    launchable = load(kernel.build, cfg, device)
     tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
     grid = min(device.sm_count, tiles_m * tiles_n)
-    status = device_status(device)
-    _loaded[key][grid, 128 * (1 + cfg.consumers), cfg.smem_bytes](
-        tmap_a, tmap_b, out, m, n, k, tiles_m, tiles_n, 0, 1, status.ptr, timeout_ns, 0, stream=stream)
+    args = ordered_args(launchable, dict(
+        tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box),
+        tmap_c=_tensor_map(out, cfg.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, rank=0, world=1,
+        status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0))
+    launchable[grid, 128 * (1 + cfg.consumers), cfg.smem_bytes](*args, stream=stream)
     return out
 
 

@@ -1,9 +1,9 @@
 """What every collective kernel shares: one launch that opens and closes with a cross-rank barrier
 on an epoch flag array, and a communicator-only LCSC template.
 
-Barrier rounds are counted by the host (``barrier_base`` = rounds done before this launch). Round ``k``
-of a launch is complete when the flag reaches ``(barrier_base + k) * world * nblocks``: every block
-of every rank signals every rank once per round. No flag is ever reset.
+The host keeps the flag's running total (``barrier_base``: its value before this launch). In round
+``k`` of a launch every block of every rank adds 1 on every rank, so the round is complete when the
+flag reaches ``barrier_base + k * world * nblocks`` (wrap-safe). No flag is ever reset.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def rank_barrier(ctx: Ctx, round_in_launch: int, *, multicast: bool) -> None:
     with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="barrier_thread")):
         nblocks = b.special("nctaid.x")
         participants = b.mul(u32, ctx.world, nblocks, mode="lo", name="participants")
-        base = b.add(u32, ctx.param("barrier_base"), round_in_launch, name="round")
-        expected = b.mul(u32, base, participants, mode="lo", name="expected")
+        expected = b.mad(u32, participants, round_in_launch, ctx.param("barrier_base"), mode="lo",
+                         name="expected")
         barrier(b, ctx.layouts[FLAGS.name], 0, expected, rank=ctx.rank, world=ctx.world, scope="sys",
                 deadline=ctx.deadline, multicast=multicast)
     b.bar_sync(0)

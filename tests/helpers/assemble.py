@@ -6,7 +6,7 @@ mbarrier, a tensor map, a cache policy), so a test can emit any single instructi
 """
 from __future__ import annotations
 
-from pkptx.isa import (Kernel, Param, address, b8, b16, b32, b64, bf16, bf16x2, f16, f16x2, f32, f64,
+from pkptx.isa import (Kernel, Param, address, tensor_ref, b8, b16, b32, b64, bf16, bf16x2, f16, f16x2, f32, f64,
                        pred, s16, s32, s64, u16, u32, u64)
 
 ARCHS = ("sm_90", "sm_90a")
@@ -82,6 +82,10 @@ class Sandbox:
     def s(self, offset: int = 0):
         """``[smem + offset]`` (a 32-bit shared::cta address)."""
         return address(self.smem, offset)
+
+    def tensor(self, dims: int):
+        """``[tmap, {s32_seed, 1, 2, ...}]`` with ``dims`` coordinates."""
+        return tensor_ref(self.tmap, [self.r(s32)] + list(range(1, dims)))
 
     def finish(self):
         self.b.ret()

@@ -7,7 +7,7 @@ calls. Keep one group per PTX-ISA area so an assembler error points at a short f
 """
 from __future__ import annotations
 
-import itertools
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -43,7 +43,14 @@ def group(name: str, *, archs=ARCHS, **kernel_args):
     return register
 
 
+@functools.lru_cache(maxsize=None)
+def built(name: str, arch: str) -> Kernel:
+    """The group's kernel for ``arch``, built once per test session (tests only read it)."""
+    return GROUPS[name].build(arch)
+
+
 def emitted_keys(kernel: Kernel) -> set[str]:
+    """The spec keys of every instruction in ``kernel`` (what the kernel actually exercises)."""
     return {ins.key for ins in kernel.body if ins.kind == "ins"}
 
 

@@ -50,8 +50,7 @@ def jax(gpu):
     return jax, device
 
 
-TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int64": "int64",
-                "uint8": "uint8", "float8_e4m3fn": "float8_e4m3fn"}
+TORCH_DTYPES = ["float32", "float16", "bfloat16", "int64", "uint8", "float8_e4m3fn"]   # same names in torch
 
 
 def torch_to_numpy(torch, t, dtype):
@@ -61,13 +60,13 @@ def torch_to_numpy(torch, t, dtype):
 
 
 @settings(max_examples=20, deadline=None)
-@given(shape=shapes, dtype=st.sampled_from(sorted(TORCH_DTYPES)), seed=st.integers(0, 1000))
+@given(shape=shapes, dtype=st.sampled_from(TORCH_DTYPES), seed=st.integers(0, 1000))
 def test_torch_round_trip(torch, shape, dtype, seed):
     host = host_data(shape, dtype, seed)
     ours = from_numpy(host)
     t = torch.from_dlpack(ours)                              # pkptx -> torch
     assert t.data_ptr() == ours.ptr and tuple(t.shape) == shape
-    assert t.dtype == getattr(torch, TORCH_DTYPES[dtype])
+    assert t.dtype == getattr(torch, dtype)
     back = from_dlpack(t)                                     # torch -> pkptx
     assert back.ptr == ours.ptr
     assert same_bits(back.to_numpy(), host) and same_bits(torch_to_numpy(torch, t, dtype), host)
@@ -101,8 +100,9 @@ def test_kernel_takes_torch_tensors(torch, gpu):
     y = torch.rand(5000, device="cuda")
     out = torch.full((5000,), float("nan"), device="cuda")
     torch.cuda.synchronize()
-    k[20, 256](out, x, y, 3.0, 5000)
-    np.testing.assert_allclose(out.cpu().numpy(), (3.0 * x + y).cpu().numpy(), rtol=2e-7)
+    k[20, 256](out, x, y, 3.0, 5000)                          # pointers read from the tensors
+    x64, y64 = x.cpu().numpy().astype(np.float64), y.cpu().numpy().astype(np.float64)
+    np.testing.assert_allclose(out.cpu().numpy(), 3.0 * x64 + y64, rtol=2.4e-7)   # one f32 rounding
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint8", "float16", "complex64"])

@@ -6,27 +6,12 @@ from __future__ import annotations
 import pytest
 
 from mpi_programs import launcher
-from pkptx.errors import CudaError
-
-
-def _missing_gpu() -> str | None:
-    """Why there is no GPU to test on, from cuInit/cuDeviceGetCount alone; None if there is one."""
-    from pkptx.launch.driver import call
-
-    try:
-        count = call("cuDeviceGetCount")
-    except (CudaError, RuntimeError, OSError) as exc:  # RuntimeError: no libcuda at all
-        return f"no CUDA GPU: cuInit/cuDeviceGetCount failed ({type(exc).__name__}: {exc})"
-    return None if count else "no CUDA GPU: cuDeviceGetCount returned 0"
 
 
 @pytest.mark.gpu
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_every_rank_reads_every_peer_exactly_on_one_gpu(ranks):
-    reason = _missing_gpu()
-    if reason:
-        pytest.skip(reason)
+def test_every_rank_reads_every_peer_exactly_on_one_gpu(gpu, ranks):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
     env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0",

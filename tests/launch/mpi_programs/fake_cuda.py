@@ -8,8 +8,8 @@ a real driver while it is installed, not even on a GPU machine.
 range of this process's address space, cuMemMap maps the memfd there, and device addresses are
 real host addresses, so copies are memmoves and a peer's write lands in the owner's memory. An
 exported fd is a dup of the memfd, whose name records the exporting pid and handle; cuMemAlloc
-memory is a file in /dev/shm, which a legacy IPC handle names. The books (``live()``, ``open_fake_fds()``) show what
-teardown forgot.
+memory is a file in /dev/shm, which a legacy IPC handle names. The books (``live()``,
+``open_fake_fds()``) show what teardown forgot.
 """
 from __future__ import annotations
 
@@ -56,6 +56,8 @@ class Forbidden(AssertionError):
 
 
 class FakeDriver:
+    """The fake: options say what to forbid, which call fails (and when), where to crash."""
+
     def __init__(self, *, multicast_supported: int = 0, forbid=(), fail=None, exit_in=None,
                  devices: int = 1):
         self.multicast_supported, self.devices = multicast_supported, devices

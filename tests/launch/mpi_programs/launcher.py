@@ -62,6 +62,7 @@ def run(ranks: int, program: str, *args: str, env: dict[str, str] | None = None,
             cmd += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
             for name in extra:
                 cmd += ["-x", name]
+            extra["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"  # CMA is often barred in containers
             if survive_dead_ranks:  # read by mpirun itself
                 extra.update(OMPI_MCA_orte_allowed_exit_without_sync="1",
                              OMPI_MCA_orte_abort_on_non_zero_status="0")

@@ -12,7 +12,6 @@ import numpy as np
 
 from fake_cuda import FakeDriver
 from launcher import report
-from pkptx.errors import WorldError
 from pkptx.launch.fdpass import exchange_fds
 from pkptx.launch.multicast import DISABLING_ENV
 from pkptx.launch.symmetric import SymmetricHeap, check_alloc_request

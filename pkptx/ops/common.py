@@ -1,0 +1,31 @@
+"""Shared host plumbing for the ops: arguments by parameter name, kernel loading, status checks."""
+from __future__ import annotations
+
+from ..errors import PkptxError
+from ..launch import Device, Kernel
+from ..toolchain import build_cached
+
+_loaded: dict = {}
+
+
+class ArgumentError(PkptxError, ValueError):
+    """A host API argument that cannot work (raised before any GPU work)."""
+
+
+def load(factory, config, device: Device) -> Kernel:
+    """The kernel ``factory(config)`` built (cached on disk) and loaded on ``device`` (cached)."""
+    key = (factory.__module__, config, device.ordinal)
+    kernel = _loaded.get(key)
+    if kernel is None:
+        kernel = _loaded[key] = Kernel.load(build_cached(factory, config), device)
+    return kernel
+
+
+def ordered_args(kernel: Kernel, values: dict) -> tuple:
+    """The launch arguments in the kernel's parameter order, from a name -> value mapping."""
+    names = [p.name for p in kernel.compiled.params]
+    missing = [n for n in names if n not in values]
+    extra = [n for n in values if n not in names]
+    if missing or extra:
+        raise PkptxError(f"{kernel.compiled.entry}: arguments missing {missing}, unexpected {extra}")
+    return tuple(values[n] for n in names)

@@ -1,0 +1,112 @@
+"""The pieces every GEMM-shaped kernel shares (plain GEMM, GEMM+RS, AG+GEMM, GEMM+AR): the grouped
+persistent tile order, ring-stage arithmetic, one k-block of wgmma from a stage, and the epilogue that
+stages a warpgroup's accumulators in shared memory (128-byte swizzled 64-row sub-tiles) for TMA.
+
+Shared-memory operand layouts (all written by TMA with 128-byte swizzle):
+- A, and B given N x K ("nk"): K-major; a tile is rows of 64 elements (128 bytes), 8-row groups 1024
+  bytes apart; a K step of 16 elements moves the descriptor 32 bytes.
+- B given K x N ("kn"): N-major; the tile is loaded as 64-column boxes of 64 K-rows each (8 KB); the
+  descriptor's stride offset is the 1024 bytes between 8-row (K) groups, its leading offset the 8 KB
+  between 64-column boxes; a K step of 16 moves it 16 rows (2048 bytes); wgmma transposes B.
+"""
+from __future__ import annotations
+
+from ..isa import Builder, Reg, address, b32, f32, u32
+from ..primitives.wgmma import advance, smem_desc, warp_quad
+from .lcsc import Ctx
+
+TILE_K = 64          # one 128-byte swizzle row of a 16-bit type
+K_STEP = 16          # wgmma K for 16-bit inputs
+BOX_COLS = 64        # N-major B and C sub-tiles: 64 16-bit columns = 128 bytes
+SUBTILE_ROWS = 64
+STAGING_BYTES = 16 * 1024   # per consumer warpgroup
+
+
+def tile_of(ctx: Ctx, task, group_m: int):
+    """Grouped tile order: ``group_m`` tile rows at a time, column by column within a group, so the
+    blocks running at once share A rows and B columns in L2."""
+    b = ctx.b
+    tiles_m, tiles_n = ctx.param("tiles_m"), ctx.param("tiles_n")
+    per_group = b.mul(u32, tiles_n, group_m, mode="lo", name="per_group")
+    group = b.div(u32, task, per_group, name="group")
+    first_m = b.mul(u32, group, group_m, mode="lo", name="first_m")
+    rows = b.min(u32, b.sub(u32, tiles_m, first_m), group_m, name="group_rows")
+    inner = b.rem(u32, task, per_group, name="in_group")
+    return (b.add(u32, first_m, b.rem(u32, inner, rows), name="tile_m"),
+            b.div(u32, inner, rows, name="tile_n"))
+
+
+def stage_of(b: Builder, it, stages: int):
+    """(stage, phase parity) of the it-th k-block: masks and shifts for 2^n stages (this sits on the
+    consumers' critical path, and ptxas leaves a general division there)."""
+    if stages & (stages - 1) == 0:
+        return (b.and_(b32, it, stages - 1, name="stage"),
+                b.and_(b32, b.shr(u32, it, stages.bit_length() - 1), 1, name="phase"))
+    return b.rem(u32, it, stages, name="stage"), b.and_(b32, b.div(u32, it, stages), 1, name="phase")
+
+
+def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:
+    """The four m64n<n>k16 wgmma of one 64-deep k-block; ``first`` (a predicate) zeroes ``acc``.
+
+    PTX: ``wgmma.fence; 4 x wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<t>.<t> {acc}, descA, descB,
+    p, 1, 1, 0, tB; wgmma.commit_group;`` (the caller waits).
+    """
+    a_desc = smem_desc(b, a_tile, name="a_desc")
+    if b_layout == "nk":
+        b_desc, b_step, trans_b = smem_desc(b, b_tile, name="b_desc"), 2 * K_STEP, 0
+    else:
+        b_desc = smem_desc(b, b_tile, leading_bytes=SUBTILE_ROWS * 128, name="b_desc")
+        b_step, trans_b = K_STEP * 128, 1
+    keep = b.not_("pred", first, name="keep")
+    always = b.setp("eq", u32, 0, 0, name="always")
+    b.wgmma_fence()
+    for step in range(TILE_K // K_STEP):
+        b.wgmma(acc, advance(b, a_desc, 2 * K_STEP * step), advance(b, b_desc, b_step * step), n=n, dtype=f32,
+                atype=dtype, scale_d=keep if step == 0 else always, trans_b=trans_b)
+    b.wgmma_commit_group()
+
+
+def stage_accumulators(ctx: Ctx, acc, wg, staging: Reg, *, n: int, out_type: str, issue) -> None:
+    """Write a warpgroup's 64 x n accumulators as ``out_type`` into its staging buffer, one 16 KB pass
+    at a time, and after each pass let one thread hand the sub-tiles to TMA: ``issue(sub_tile_addr,
+    column_offset)`` emits the store or reduce for a 64-row sub-tile (128-byte rows, swizzled).
+
+    Ordering per pass: the issuing thread waits until TMA has read the previous pass
+    (``cp.async.bulk.wait_group.read 0``), a named barrier frees the buffer, every thread writes and
+    issues ``fence.proxy.async.shared::cta`` (generic writes -> async-proxy reads), a second named
+    barrier, then the issue. The caller owes ``cp.async.bulk.wait_group 0`` before signalling anyone.
+    """
+    b = ctx.b
+    out_bytes = 4 if out_type == "f32" else 2
+    sub_cols = 128 // out_bytes
+    pass_cols = STAGING_BYTES // (SUBTILE_ROWS * out_bytes)
+    wg_tid = b.and_(b32, ctx.role_tid, 127, name="wg_tid")
+    leader = b.setp("eq", u32, wg_tid, 0, name="staging_leader")
+    barrier_id = b.add(u32, wg, 1, name="wg_barrier")
+    frag_row, frag_col = warp_quad(b, wg_tid)
+    lane_bytes = b.mul(u32, frag_col, out_bytes, mode="lo", name="lane_bytes")
+    swizzle = b.and_(b32, frag_row, 7, name="row_swizzle")
+    row_base = b.mad(u32, frag_row, 128, staging, mode="lo", name="row_base")
+    for first_col in range(0, n, pass_cols):
+        b.bulk_wait_group(0, read=True, pred=leader)
+        b.bar_sync(barrier_id, 128)
+        for chunk in range(first_col // 8, min(n, first_col + pass_cols) // 8):
+            col = 8 * chunk - first_col
+            byte = b.add(u32, lane_bytes, (col % sub_cols) * out_bytes, name="byte")
+            unit = b.xor(b32, b.shr(u32, byte, 4), swizzle, name="unit")
+            within = b.and_(b32, byte, 15, name="within")
+            addr = b.add(u32, b.mad(u32, unit, 16, within, mode="lo"), row_base, name="st_addr")
+            sub = (col // sub_cols) * SUBTILE_ROWS * 128
+            for half in (0, 1):
+                lo, hi = acc[4 * chunk + 2 * half], acc[4 * chunk + 2 * half + 1]
+                dst = address(addr, sub + half * 8 * 128)
+                if out_bytes == 4:
+                    b.st(f32, dst, (lo, hi), space="shared")
+                else:
+                    b.st(b32, dst, b.cvt(f"{out_type}x2", f32, hi, lo, rnd="rn"), space="shared")
+        b.fence_proxy_async("shared::cta")
+        b.bar_sync(barrier_id, 128)
+        with b.if_then(leader):
+            for sub in range(min(pass_cols, n - first_col) // sub_cols):
+                issue(b.add(u32, staging, sub * SUBTILE_ROWS * 128, name="sub_tile"), first_col + sub * sub_cols)
+            b.bulk_commit_group()

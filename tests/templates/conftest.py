@@ -1,0 +1,1 @@
+from tests.helpers.gpu import gpu  # noqa: F401  (the shared GPU fixture)
