@@ -9,6 +9,9 @@ from importlib import import_module
 KERNEL_MODULES = (
     "pkptx.templates.kernels.copy",
     "pkptx.templates.kernels.all_reduce",
+    "pkptx.templates.kernels.all_gather",
+    "pkptx.templates.kernels.reduce_scatter",
+    "pkptx.templates.kernels.all_to_all",
     "pkptx.templates.kernels.gemm",
 )
 

@@ -44,87 +44,54 @@ def _():
 
 def bf(x): return x.astype(ml_dtypes.bfloat16)
 
-@section("gemm-small")
-def _():
-    from pkptx.ops.gemm import gemm
-    from pkptx.templates.kernels.gemm import Config
-    rng = np.random.default_rng(1)
-    m, n, k = 128, 256, 64
-    a = bf(rng.standard_normal((m, k), dtype=np.float32)); b = bf(rng.standard_normal((n, k), dtype=np.float32))
-    A, B = from_numpy(a), from_numpy(b)
-    C = empty((m, n), ml_dtypes.bfloat16); C.fill(0x7FC0)
-    gemm(A, B, C, config=Config()); dev.synchronize()
-    ref = a.astype(np.float64) @ b.astype(np.float64).T
-    got = C.to_numpy().astype(np.float64)
-    print("rel err", np.linalg.norm(got - ref) / np.linalg.norm(ref), "nan", np.isnan(got).sum())
-    bad = np.argwhere(np.abs(got - ref) > 0.05 * np.abs(ref).max())
-    print("bad count", len(bad), bad[:10])
-
 @section("gemm-correct")
 def _():
     from pkptx.ops.gemm import gemm
-    from pkptx.templates.kernels.gemm import Config
+    from pkptx.templates.kernels.gemm import Config, reference
     rng = np.random.default_rng(1)
+    OUT = {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "f16": np.float16}
     for (m, n, k), cfg in [((256, 512, 128), Config()), ((384, 256, 320), Config()), ((128, 128, 64), Config(tile_n=128, stages=6)),
-                           ((272, 400, 208), Config()), ((1024, 1024, 1024), None),
-                           ((2048, 1024, 512), Config(stages=3))]:
-        a = bf(rng.standard_normal((m, k), dtype=np.float32)); b = bf(rng.standard_normal((n, k), dtype=np.float32))
+                           ((272, 400, 208), Config()), ((1024, 1024, 1024), None), ((2048, 1024, 512), Config(stages=3)),
+                           ((256, 512, 128), Config(b_layout="kn")), ((272, 400, 208), Config(b_layout="kn")),
+                           ((384, 640, 1024), Config(b_layout="kn", tile_n=128, stages=6)),
+                           ((272, 400, 208), Config(out_dtype="f32")), ((256, 512, 192), Config(out_dtype="f16")),
+                           ((256, 512, 192), Config(dtype="f16", out_dtype="f32", b_layout="kn"))]:
+        dt = ml_dtypes.bfloat16 if (cfg is None or cfg.dtype == "bf16") else np.float16
+        layout = cfg.b_layout if cfg else "nk"
+        a = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
+        bshape = (n, k) if layout == "nk" else (k, n)
+        b = rng.standard_normal(bshape, dtype=np.float32).astype(dt)
         A, B = from_numpy(a), from_numpy(b)
-        C = empty((m, n), ml_dtypes.bfloat16); C.fill(0x7FC0)
-        gemm(A, B, C, config=cfg); dev.synchronize()
-        ref = a.astype(np.float64) @ b.astype(np.float64).T
+        out_dt = OUT[cfg.out_dtype] if cfg else ml_dtypes.bfloat16
+        C = empty((m, n), out_dt); C.fill(0x7FC0 if out_dt is ml_dtypes.bfloat16 else 0x7E00 if out_dt is np.float16 else 0x7FC00000)
+        gemm(A, B, C, config=cfg, b_layout=layout); dev.synchronize()
+        ref = reference(a, b, layout)
         got = C.to_numpy().astype(np.float64)
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        print((m, n, k), cfg, "rel err", err, flush=True)
+        print((m, n, k), layout, cfg and (cfg.out_dtype, cfg.tile_n, cfg.stages), "rel err", err, "nan", int(np.isnan(got).sum()), flush=True)
 
 @section("gemm-speed")
 def _():
     import torch
     from pkptx.ops.gemm import gemm
-    for (m, n, k) in [(8192, 8192, 8192), (4096, 4096, 4096)]:
-        A = torch.randn(m, k, device="cuda", dtype=torch.bfloat16); B = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    from pkptx.launch import Stream
+    for (m, n, k), layout in [((8192, 8192, 8192), "nk"), ((8192, 8192, 8192), "kn"), ((4096, 4096, 4096), "nk"), ((2048, 2048, 16384), "nk")]:
+        A = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        B = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) if layout == "nk" else torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         C = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        gemm(A, B, C); torch.cuda.synchronize()
-        ref = A.float() @ B.float().T
+        s = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+        gemm(A, B, C, b_layout=layout, stream=s); torch.cuda.synchronize()
+        ref = A.float() @ (B.float().T if layout == "nk" else B.float())
         print("err", ((C.float() - ref).norm() / ref.norm()).item())
-        def run(): gemm(A, B, C)
-        def cub(): torch.matmul(A, B.T, out=C)
-        t = time_cuda(run, warmup=3, repeats=20); tc = time_cuda(cub, warmup=3, repeats=20)
+        run = lambda: gemm(A, B, C, b_layout=layout, stream=s)
+        cub = lambda: torch.matmul(A, B.T if layout == "nk" else B, out=C)
+        t = time_cuda(run, stream=s, warmup=3, repeats=20); tc = time_cuda(cub, stream=s, warmup=3, repeats=20)
         fl = 2 * m * n * k
-        print((m, n, k), "pkptx ms", t.median_ms, "TF", fl / (t.median_ms * 1e-3) / 1e12, "cublas ms", tc.median_ms, "TF", fl / (tc.median_ms * 1e-3) / 1e12, flush=True)
+        print((m, n, k), layout, "pkptx ms %.3f TF %.0f cublas ms %.3f TF %.0f ratio %.3f" % (t.median_ms, fl / (t.median_ms * 1e-3) / 1e12, tc.median_ms, fl / (tc.median_ms * 1e-3) / 1e12, tc.median_ms / t.median_ms), flush=True)
+
 
 if ONLY is None:
     import subprocess
     wanted = sys.argv[1:] or SECTIONS
     for name in wanted:
         subprocess.run([sys.executable, __file__, "--one", name], timeout=300)
-
-@section("gemm-variants")
-def _():
-    """Where the time goes at 8192^3: variants built directly (not through the cache)."""
-    import torch
-    import pkptx.ops.gemm as ops
-    from pkptx.templates.kernels import gemm as g
-    from pkptx.launch import TensorMap
-    m = n = k = 8192
-    A = torch.randn(m, k, device="cuda", dtype=torch.bfloat16); B = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    C = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    real_store = g._store
-    def run_variant(label, cfg, store=True):
-        g._store = real_store if store else (lambda *a, **kw: None)
-        kern = Kernel.load(g.build(cfg).compile(use_cache=False))
-        g._store = real_store
-        ta = TensorMap.tiled(A, box=(cfg.tile_m, 64), swizzle=128); tb = TensorMap.tiled(B, box=(cfg.tile_n, 64), swizzle=128)
-        tm, tn = m // cfg.tile_m, n // cfg.tile_n
-        grid = min(132, tm * tn)
-        st = ops.device_status(dev)
-        launch = kern[grid, 128 * (1 + cfg.consumers), cfg.smem_bytes]
-        f = lambda: launch(ta, tb, C, m, n, k, tm, tn, 0, 1, st.ptr, 10**10, 0)
-        t = time_cuda(f, warmup=3, repeats=20)
-        print(f"{label:40s} {t.median_ms:.3f} ms {2*m*n*k/(t.median_ms*1e-3)/1e12:.0f} TF", flush=True)
-    run_variant("base 128x256 s4 g8", g.Config())
-    run_variant("base again", g.Config())
-    run_variant("g16", g.Config(group_m=16))
-    run_variant("s3", g.Config(stages=3))
-    tc = time_cuda(lambda: torch.matmul(A, B.T, out=C), warmup=3, repeats=20)
-    print(f"cublas {tc.median_ms:.3f} ms {2*m*n*k/(tc.median_ms*1e-3)/1e12:.0f} TF")

@@ -1,17 +1,26 @@
 """NCCL-style host APIs over symmetric buffers: one kernel launch per collective, no reset kernel.
 
-``all_reduce(buf, world, op="sum", out=None, stream=None)`` and friends queue the collective on
-``stream`` and return at once. A rank that never joins makes the others' kernels give up after
-``timeout_ns``; :func:`synchronize` then raises a DeviceTimeoutError naming it.
+``all_reduce(buf, world, op="sum", out=None, stream=None)``, ``all_gather(buf, world, dim=, out=)``,
+``reduce_scatter(buf, world, dim=, op=, out=)`` and ``all_to_all(buf, world, scatter_dim=,
+gather_dim=, out=)`` queue the collective on ``stream`` and return at once. A rank that never joins
+makes the others' kernels give up after ``timeout_ns``; :func:`synchronize` then raises a
+DeviceTimeoutError naming it. Every argument is checked before any GPU work; the ``check_*``
+functions do those checks (and plan the launch) on shapes and dtypes alone, without a GPU.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..launch import Device
 from ..launch.flags import FlagArray
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..launch.symmetric import SymmetricBuffer
 from ..templates.collective import ROUNDS_PER_LAUNCH
+from ..templates.kernels import all_gather as all_gather_kernel
 from ..templates.kernels import all_reduce as all_reduce_kernel
+from ..templates.kernels import all_to_all as all_to_all_kernel
+from ..templates.kernels import reduce_scatter as reduce_scatter_kernel
+from ..templates.runs import MAX_UNITS, RunMap, normalize_dim, split_at, unit_bytes
 from .common import ArgumentError, load, ordered_args
 
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
@@ -99,6 +108,159 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
     state.launch(kernel, _grid(work, cfg.threads), cfg.threads, world.size, stream, timeout_ns, n_vec=n_vec,
                  **state.layout_args("src", buf), **state.layout_args("dst", dst))
     return dst
+
+
+# ------------------------------------------------------------------ collectives along tensor dims
+def _dim(fn: str, what: str, dim, ndim: int) -> int:
+    try:
+        return normalize_dim(dim, ndim)
+    except ValueError as exc:
+        raise ArgumentError(f"{fn}: {what}: {exc}") from None
+
+
+def _same_dtype(fn: str, dtype, out_dtype) -> str:
+    name = DTYPE_NAMES.get(str(dtype))
+    if name is None:
+        raise ArgumentError(f"{fn}: dtype must be bfloat16, float16 or float32, got {dtype}")
+    if str(out_dtype) != str(dtype):
+        raise ArgumentError(f"{fn}: out dtype must be {dtype} like the input, got {out_dtype}")
+    return name
+
+
+def _divisible(fn: str, shape, dim: int, world_size: int, what: str) -> None:
+    if shape[dim] % world_size:
+        raise ArgumentError(f"{fn}: {what} {shape}[{dim}] = {shape[dim]} must be a multiple of the world "
+                            f"size {world_size}")
+
+
+def _want_shape(fn: str, got, want) -> None:
+    if tuple(got) != tuple(want):
+        raise ArgumentError(f"{fn}: out must have shape {tuple(want)}, got {tuple(got)}")
+
+
+def _in_units(fn: str, elements_map: RunMap, itemsize: int) -> tuple[int, RunMap]:
+    """(unit width in bytes, the map in units), or ArgumentError when the unit index would not fit."""
+    width = unit_bytes(elements_map.run * itemsize)
+    units = elements_map.in_units(width // itemsize)
+    if units.units > MAX_UNITS:
+        raise ArgumentError(f"{fn}: {units.units} units of {width} bytes per rank is more than one launch "
+                            f"indexes ({MAX_UNITS}); split the tensor")
+    return width, units
+
+
+def check_all_gather(shape, dtype, out_shape, out_dtype, world_size: int, rank: int, *, dim, in_place: bool,
+                     multicast: bool = False) -> tuple[all_gather_kernel.Config, RunMap]:
+    """Check an all-gather of shards of ``shape`` into ``out_shape`` (in place: ``shape`` is the
+    output's, the shard its slot ``rank``) and plan it: (kernel Config, this rank's RunMap in units).
+    ``multicast``: the output has a multicast mapping. Raises ArgumentError; needs no GPU."""
+    fn, shape = "all_gather", tuple(shape)
+    _same_dtype(fn, dtype, out_dtype)
+    d = _dim(fn, "dim", dim, len(shape))
+    if in_place:
+        _divisible(fn, shape, d, world_size, "in place, the output")
+        shard = shape[:d] + (shape[d] // world_size,) + shape[d + 1:]
+    else:
+        shard = tuple(shape)
+        _want_shape(fn, out_shape, shard[:d] + (shard[d] * world_size,) + shard[d + 1:])
+    outer, mid, inner = split_at(shard, d)
+    elements = all_gather_kernel.run_map(outer, mid, inner, world_size, rank, in_place=in_place)
+    width, units = _in_units(fn, elements, np.dtype(dtype).itemsize)
+    return all_gather_kernel.Config(width=width, multicast=multicast and width == 16), units
+
+
+def check_reduce_scatter(shape, dtype, out_shape, out_dtype, world_size: int, rank: int, *, dim, op,
+                         in_place: bool, multicast: bool = False) -> tuple[reduce_scatter_kernel.Config, RunMap]:
+    """Check a reduce-scatter of ``shape`` (the same on every rank) into ``out_shape`` (in place: the
+    result lands in slot ``rank`` of the input) and plan it: (kernel Config, this rank's RunMap in
+    units). ``multicast``: the input has a multicast mapping. Raises ArgumentError; needs no GPU."""
+    fn, shape = "reduce_scatter", tuple(shape)
+    name = _same_dtype(fn, dtype, out_dtype)
+    if op not in OPS:
+        raise ArgumentError(f"{fn}: op must be one of {OPS}, got {op!r}")
+    d = _dim(fn, "dim", dim, len(shape))
+    _divisible(fn, shape, d, world_size, "the input")
+    if not in_place:
+        _want_shape(fn, out_shape, shape[:d] + (shape[d] // world_size,) + shape[d + 1:])
+    outer, size, inner = split_at(shape, d)
+    elements = reduce_scatter_kernel.run_map(outer, size // world_size, inner, world_size, rank, in_place=in_place)
+    width, units = _in_units(fn, elements, np.dtype(dtype).itemsize)
+    mc = multicast and reduce_scatter_kernel.switch_reduces(name, op, width)
+    return reduce_scatter_kernel.Config(dtype=name, op=op, width=width, multicast=mc), units
+
+
+def check_all_to_all(shape, dtype, out_shape, out_dtype, world_size: int, rank: int, *, scatter_dim,
+                     gather_dim, in_place: bool = False) -> tuple[all_to_all_kernel.Config, RunMap]:
+    """Check an all-to-all of ``shape`` into ``out_shape`` and plan it: (kernel Config, this rank's
+    RunMap in units). Raises ArgumentError; needs no GPU."""
+    fn, shape = "all_to_all", tuple(shape)
+    _same_dtype(fn, dtype, out_dtype)
+    if in_place:
+        raise ArgumentError(f"{fn}: out must be a separate buffer (peers write into it while this rank "
+                            "still reads its input)")
+    a = _dim(fn, "scatter_dim", scatter_dim, len(shape))
+    g = _dim(fn, "gather_dim", gather_dim, len(shape))
+    _divisible(fn, shape, a, world_size, "the input")
+    _want_shape(fn, out_shape, all_to_all_kernel.out_shape(shape, a, g, world_size))
+    elements = all_to_all_kernel.run_map(tuple(shape), a, g, world_size, rank)
+    width, units = _in_units(fn, elements, np.dtype(dtype).itemsize)
+    return all_to_all_kernel.Config(width=width), units
+
+
+def _buffers(fn: str, buf, out, world) -> bool:
+    """Check both buffers; whether ``out`` is ``buf`` (in place)."""
+    _check_buffer(fn, "buf", buf, world)
+    if out is None:
+        raise ArgumentError(f"{fn}: out= is required (pass out=buf for in place)")
+    _check_buffer(fn, "out", out, world)
+    return out is buf or (out.heap is buf.heap and out.offset == buf.offset)
+
+
+def _run(build, cfg, units: RunMap, buf, out, world, stream, timeout_ns) -> SymmetricBuffer:
+    kernel = load(build, cfg, Device.current())
+    state = _state(buf)
+    state.launch(kernel, _grid(units.units, cfg.threads), cfg.threads, world.size, stream, timeout_ns,
+                 **units.args(cfg.width), **state.layout_args("src", buf), **state.layout_args("dst", out))
+    return out
+
+
+def all_gather(buf: SymmetricBuffer, world, *, dim: int, out: SymmetricBuffer, stream=None,
+               timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+    """Concatenate every rank's ``buf`` along ``dim`` into ``out`` on every rank (any dim, any size).
+
+    ``out=buf``: in place; ``buf`` then has the output's shape and this rank's shard already sits in
+    its slot (``buf[..., rank*m:(rank+1)*m, ...]`` along ``dim``). Multicast stores are used when the
+    output has a multicast mapping and rows are a multiple of 16 bytes. Returns ``out``.
+    """
+    in_place = _buffers("all_gather", buf, out, world)
+    cfg, units = check_all_gather(buf.shape, buf.dtype, out.shape, out.dtype, world.size, buf.rank, dim=dim,
+                                  in_place=in_place, multicast=out.multicast_ptr is not None)
+    return _run(all_gather_kernel.build, cfg, units, buf, out, world, stream, timeout_ns)
+
+
+def reduce_scatter(buf: SymmetricBuffer, world, *, dim: int, op: str = "sum", out: SymmetricBuffer, stream=None,
+                   timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+    """Reduce ``buf`` over every rank and give rank r slice r along ``dim`` (``buf.shape[dim]`` a
+    multiple of the world size), in ``out``; reduced in f32 for 16-bit inputs.
+
+    ``out=buf``: in place; the result lands in this rank's slice of ``buf`` (the rest is left as it
+    was). Multimem loads are used when ``buf`` has a multicast mapping and rows are a multiple of 16
+    bytes (not for f32 min/max). Returns ``out``.
+    """
+    in_place = _buffers("reduce_scatter", buf, out, world)
+    cfg, units = check_reduce_scatter(buf.shape, buf.dtype, out.shape, out.dtype, world.size, buf.rank, dim=dim,
+                                      op=op, in_place=in_place, multicast=buf.multicast_ptr is not None)
+    return _run(reduce_scatter_kernel.build, cfg, units, buf, out, world, stream, timeout_ns)
+
+
+def all_to_all(buf: SymmetricBuffer, world, *, scatter_dim: int, gather_dim: int, out: SymmetricBuffer,
+               stream=None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+    """Rank r's ``out`` gathers, along ``gather_dim``, chunk r (along ``scatter_dim``) of every rank's
+    ``buf``: ``out_r[..., g-chunk s, ...] = buf_s[..., a-chunk r, ...]``; out of place only.
+    Returns ``out``."""
+    in_place = _buffers("all_to_all", buf, out, world)
+    cfg, units = check_all_to_all(buf.shape, buf.dtype, out.shape, out.dtype, world.size, buf.rank,
+                                  scatter_dim=scatter_dim, gather_dim=gather_dim, in_place=in_place)
+    return _run(all_to_all_kernel.build, cfg, units, buf, out, world, stream, timeout_ns)
 
 
 def synchronize(stream=None, *, what: str = "collective") -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..isa import Builder, Param, Reg, address, u32, u64
+from ..errors import PTXBuildError
+from ..isa import Builder, Param, Reg, Vec, address, b16, b32, u32, u64
 
 TMAP_BYTES = 128
+UNIT_ACCESS = {16: (b32, 4), 8: (b32, 2), 4: (b32, 1), 2: (b16, 1)}   # bytes -> (word type, words)
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,28 @@ def peer_red(b: Builder, base: Reg, offset, op, ty, value, *, sem, scope) -> Non
     """``red.<sem>.<scope>.global.<op>.<ty> [base + offset], value``: an atomic into a peer's copy."""
     addr = b.add(u64, base, offset) if isinstance(offset, Reg) else address(base, offset)
     b.red(op, ty, address(addr), value, sem=sem, scope=scope, space="global")
+
+
+def unit_access(width: int):
+    """(word type, word count) that moves one ``width``-byte unit: 16 -> ``.v4.b32``, 8 -> ``.v2.b32``,
+    4 -> ``.b32``, 2 -> ``.b16``."""
+    if width not in UNIT_ACCESS:
+        raise PTXBuildError(f"unit width must be one of {sorted(UNIT_ACCESS)} bytes, got {width!r}")
+    return UNIT_ACCESS[width]
+
+
+def load_unit(b: Builder, addr: Reg, width: int, *, name: str = "word") -> list[Reg]:
+    """``ld.global{.v4|.v2}.<b32|b16> {..}, [addr]``: one ``width``-byte unit (``addr`` a multiple of
+    ``width``) as a list of words. Weak: the caller's acquire (a barrier) orders it after the writer."""
+    ty, words = unit_access(width)
+    value = b.ld(ty, address(addr), space="global", vec=words, name=name)
+    return list(value) if words > 1 else [value]
+
+
+def store_unit(b: Builder, addr: Reg, words: list[Reg], width: int) -> None:
+    """``st.global{.v4|.v2}.<b32|b16> [addr], {..}``: the inverse of :func:`load_unit`. Weak: the
+    caller's release (a barrier after ``bar.sync``) publishes it."""
+    ty, count = unit_access(width)
+    if len(words) != count:
+        raise PTXBuildError(f"store_unit: a {width}-byte unit is {count} word(s), got {len(words)}")
+    b.st(ty, address(addr), Vec(tuple(words)) if count > 1 else words[0], space="global")

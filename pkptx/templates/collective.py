@@ -36,7 +36,24 @@ def collective_template(name: str, params, layouts, *, threads: int) -> Template
 
 def build_collective(template: Template, *, comm_tasks, communicator, multicast: bool):
     """The kernel: barrier (inputs everywhere ready), the communicator over its tasks, barrier (every
-    rank done reading and writing peers' buffers)."""
-    return template.build(comm_tasks=comm_tasks, communicator=communicator,
-                          prologue=lambda ctx: rank_barrier(ctx, 1, multicast=multicast),
-                          epilogue=lambda ctx: rank_barrier(ctx, 2, multicast=multicast))
+    rank done reading and writing peers' buffers).
+
+    Multicast kernels reach memory through two virtual addresses (unicast before and after the kernel,
+    ``multimem`` inside it), so every thread also fences that alias: ``fence.proxy.alias`` after the
+    opening barrier's ``bar.sync`` (before its first multimem access) and before an extra ``bar.sync``
+    ahead of the closing barrier (after its last one), so thread 0's release covers every thread's
+    multimem writes.
+    """
+    def prologue(ctx):
+        rank_barrier(ctx, 1, multicast=multicast)
+        if multicast:
+            ctx.b.fence_proxy_alias()
+
+    def epilogue(ctx):
+        if multicast:
+            ctx.b.fence_proxy_alias()
+            ctx.b.bar_sync(0)
+        rank_barrier(ctx, 2, multicast=multicast)
+
+    return template.build(comm_tasks=comm_tasks, communicator=communicator, prologue=prologue,
+                          epilogue=epilogue)

@@ -7,7 +7,7 @@ registers that some earlier instruction wrote.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
@@ -282,13 +282,9 @@ def _emit(sb, pool, stmt):
             _block(sb, pool, stmt.body)
             lp.break_if(pool.pick(pred, stmt.cond))
     elif isinstance(stmt, Range):
-        stop = sb.r(u32) if stmt.stop is None else stmt.stop
-        unroll = stmt.unroll if (stmt.unroll is not True or stmt.stop is not None) else 2
-        if stmt.step < 0:
-            start, stop = (9 if stmt.stop is None else stmt.stop + stmt.start), stmt.start
-            unroll = unroll if unroll is not True else True
-        else:
-            start = stmt.start
+        bound = sb.r(u32) if stmt.stop is None else stmt.stop        # None: a register bound
+        start, stop = (stmt.start, bound) if stmt.step > 0 else (bound, stmt.start)    # count down
+        unroll = 2 if stmt.unroll is True and stmt.stop is None else stmt.unroll     # full unroll needs ints
         for i in b.range(start, stop, stmt.step, ty=s32 if stmt.step < 0 else u32, unroll=unroll):
             if isinstance(i, Reg):
                 pool.add(b.add(i.type, i, 1))
@@ -388,6 +384,3 @@ def apply_corruption(corruption: Corruption, call, sandbox):
         guard = sandbox.r(u32)
     return ops, tuple(types), guard, mods
 
-
-def with_corruption(call, corruption, sandbox):
-    return replace(call), apply_corruption(corruption, call, sandbox)
