@@ -63,8 +63,9 @@ def cache_dir() -> Path | None:
 
 
 def parse_resources(log: str) -> Resources:
-    """Read an nvJitLink info log: ptxas' ``-v`` lines (spills, stack) and the linker's final
-    ``Function properties`` line (registers, barriers, shared memory after linking)."""
+    """Read an nvJitLink info log: ptxas' ``-v`` lines (spills, stack, named barriers) and the linker's
+    final ``Function properties`` line (registers, shared memory after linking, which includes the
+    1 KB the system reserves on sm_90)."""
     def grab(pattern: str) -> int:
         found = re.findall(pattern, log, flags=re.IGNORECASE)
         return int(found[-1]) if found else 0
@@ -74,7 +75,7 @@ def parse_resources(log: str) -> Resources:
         spill_stores=grab(r"(\d+) bytes spill stores"),
         spill_loads=grab(r"(\d+) bytes spill loads"),
         stack_bytes=grab(r"(\d+) bytes stack frame"),
-        barriers=grab(r"used (\d+) barriers"),
+        barriers=int(m.group(1)) if (m := re.search(r"Used \d+ registers, used (\d+) barriers", log)) else 0,
     )
 
 

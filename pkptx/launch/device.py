@@ -73,6 +73,14 @@ class Device:
         return call("cuDeviceGetCount")
 
     @classmethod
+    def available(cls) -> int:
+        """How many GPUs answer: 0 (not an error) without a driver or a device."""
+        try:
+            return cls.count()
+        except (CudaError, RuntimeError):     # RuntimeError: cuda.bindings finds no libcuda
+            return 0
+
+    @classmethod
     def current(cls) -> "Device":
         """The device of the calling thread's current context; device 0 (made current) if none."""
         try:
