@@ -13,6 +13,9 @@ KERNEL_MODULES = (
     "pkptx.templates.kernels.reduce_scatter",
     "pkptx.templates.kernels.all_to_all",
     "pkptx.templates.kernels.gemm",
+    "pkptx.templates.kernels.gemm_rs",
+    "pkptx.templates.kernels.ag_gemm",
+    "pkptx.templates.kernels.gemm_ar",
 )
 
 

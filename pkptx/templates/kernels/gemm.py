@@ -70,16 +70,27 @@ class Config:
         return (64, 128 // (4 if self.out_dtype == "f32" else 2))
 
 
-def build(cfg: Config = Config()):
-    t = Template(
-        f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}",
-        params=(Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param("tmap_c", b8, 128, 64),
-                Param("k", u32), Param("tiles_m", u32), Param("tiles_n", u32)),
+GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param("k", u32),
+               Param("tiles_m", u32), Param("tiles_n", u32))
+
+
+def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), comm_threads=None) -> Template:
+    """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers."""
+    return Template(
+        name, params=GEMM_PARAMS + tuple(params), layouts=tuple(layouts), tensor_maps=tuple(tensor_maps),
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024),
                          Buffer("staging", cfg.consumers * STAGING_BYTES, 1024)),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, 4 * cfg.consumers)),
         consumers=cfg.consumers)
+
+
+def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
+    """The GEMM's roles for ``Template.build``. Hooks for the fused kernels: ``tile(ctx, task)`` gives
+    (tile_m, tile_n) (default: the grouped order), ``before_a(ctx, tile_m)`` runs on the loader lane
+    before a tile's A rows are loaded (e.g. wait for them to arrive), ``store(ctx, acc, tm, tn, wg,
+    staging)`` disposes of a warpgroup's finished 64 rows."""
+    tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
 
     def prologue(ctx):
         b = ctx.b
@@ -89,8 +100,10 @@ def build(cfg: Config = Config()):
     def loader(ctx, task):
         """One lane walks the tile's k-blocks: wait for a free stage, announce its bytes, issue the loads."""
         b = ctx.b
-        tm, tn = tile_of(ctx, task, cfg.group_m)
+        tm, tn = tile(ctx, task)
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
+            if before_a is not None:
+                before_a(ctx, tm)
             tmap_a, tmap_b = tensor_map_param(b, "tmap_a"), tensor_map_param(b, "tmap_b")
             row, col = b.mul(u32, tm, cfg.tile_m, mode="lo"), b.mul(u32, tn, cfg.tile_n, mode="lo")
             for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
@@ -113,7 +126,7 @@ def build(cfg: Config = Config()):
     def consumer(ctx, task):
         """Each warpgroup multiplies its 64 rows of the tile over every k-block, then stores them."""
         b = ctx.b
-        tm, tn = tile_of(ctx, task, cfg.group_m)
+        tm, tn = tile(ctx, task)
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         acc = b.regs(f32, cfg.tile_n // 2, name="acc")
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
@@ -135,20 +148,34 @@ def build(cfg: Config = Config()):
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
         b.wgmma_wait_group(0)
         release(b.sub(u32, ctx.param("it"), 1))
-        tmap_c = tensor_map_param(b, "tmap_c")
-        row = b.mad(u32, tm, cfg.tile_m, b.mul(u32, wg, 64, mode="lo"), mode="lo", name="c_row")
-        col = b.mul(u32, tn, cfg.tile_n, mode="lo", name="c_col")
         staging = b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
+        store(ctx, acc, tm, tn, wg, staging)
+
+    return dict(num_tasks=lambda ctx: ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo"),
+                prologue=prologue, loader=loader, consumer=consumer)
+
+
+def slab_origin(ctx, cfg: Config, tm, tn, wg):
+    """(first row, first column) of a warpgroup's 64-row slab of tile (tm, tn)."""
+    b = ctx.b
+    return (b.mad(u32, tm, cfg.tile_m, b.mul(u32, wg, 64, mode="lo"), mode="lo", name="slab_row"),
+            b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
+
+
+def build(cfg: Config = Config()):
+    t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}",
+                 params=(Param("tmap_c", b8, 128, 64),))
+
+    def store(ctx, acc, tm, tn, wg, staging):
+        """TMA-store the slab into C."""
+        b = ctx.b
+        tmap_c = tensor_map_param(b, "tmap_c")
+        row, col = slab_origin(ctx, cfg, tm, tn, wg)
         stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
                            issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
                                                                     address(sub)))
 
-    def epilogue(ctx):
-        b = ctx.b
-        b.bulk_wait_group(0)        # the block's last C stores are written before it exits
-
-    return t.build(num_tasks=lambda ctx: ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo"),
-                   loader=loader, consumer=consumer, prologue=prologue, epilogue=epilogue)
+    return t.build(**roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 
 def reference(a: np.ndarray, b: np.ndarray, b_layout: str = "nk") -> np.ndarray:

@@ -1,0 +1,108 @@
+"""All-gather + GEMM, overlapped across SMs (pk-design 1 and 7).
+
+A is sharded by rows: rank r owns rows [r·M/W, (r+1)·M/W) of A (M x K), kept in a symmetric buffer
+``a`` of the full shape, where the rank has written its own rows. B is the rank's weight shard; C_r =
+A·B_rᵀ (or A·B_r). The last ``num_comm_sms`` blocks are communicators: they push the rank's row blocks
+to every peer with 1-D bulk copies through shared memory and then raise that row block's flag on every
+peer. Compute blocks start with their own rows and, before loading a peer's row block, wait for its
+flag. Flags count launches (``epoch``), so they are never reset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...isa import Param, Sem, address, u32, u64
+from ...primitives import wait_parity
+from ...primitives.layout import ParallelLayout
+from ...primitives.sync import flag_address, publish_async_writes, signal, wait
+from ..collective import FLAGS, rank_barrier
+from ..gemm_parts import stage_accumulators, tile_of
+from . import gemm
+
+A, READY = ParallelLayout("a"), ParallelLayout("ready")
+CHUNK = 32 * 1024          # bytes a communicator moves per bulk copy
+
+
+@dataclass(frozen=True)
+class Config:
+    gemm: gemm.Config = gemm.Config()
+
+
+def build(cfg: Config = Config()):
+    g = cfg.gemm
+    t = gemm.template(g, f"ag_gemm_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}",
+                      params=(Param("tmap_c", gemm.b8, 128, 64), Param("rows_per_rank", u32),
+                              Param("row_bytes", u32), Param("epoch", u32), Param("barrier_base", u32)),
+                      layouts=(A, READY, FLAGS))
+
+    def own_rows_first(ctx, task):
+        """The grouped order, rotated so this rank's row blocks come first."""
+        b = ctx.b
+        tm, tn = tile_of(ctx, task, g.group_m)
+        shift = b.mul(u32, b.div(u32, ctx.param("rows_per_rank"), g.tile_m), ctx.rank, mode="lo", name="own")
+        return b.rem(u32, b.add(u32, tm, shift), ctx.param("tiles_m"), name="tile_m_rot"), tn
+
+    def await_rows(ctx, tm):
+        """A peer's row block: wait until its owner has pushed it here, then order the acquire before
+        the TMA (async-proxy) reads of it."""
+        b = ctx.b
+        owner = b.div(u32, b.mul(u32, tm, g.tile_m, mode="lo"), ctx.param("rows_per_rank"), name="row_owner")
+        with b.if_then(b.setp("ne", u32, owner, ctx.rank, name="remote_rows")):
+            wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.param("epoch"), sem=Sem.ACQUIRE,
+                 scope="sys", deadline=ctx.deadline, flag_id=tm)
+            b.fence_proxy_async("global")
+
+    def store(ctx, acc, tm, tn, wg, staging):
+        b = ctx.b
+        tmap_c = gemm.tensor_map_param(b, "tmap_c")
+        row, col = gemm.slab_origin(ctx, g, tm, tn, wg)
+        stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
+                           issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
+                                                                    address(sub)))
+
+    def comm_tasks(ctx):
+        return ctx.b.div(u32, ctx.param("rows_per_rank"), g.tile_m, name="own_blocks")
+
+    def push_rows(ctx, task):
+        """Copy one of this rank's row blocks to every peer, chunk by chunk, then raise its flag there."""
+        b = ctx.b
+        with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="pusher")):
+            tm = b.add(u32, b.div(u32, b.mul(u32, ctx.rank, ctx.param("rows_per_rank"), mode="lo"), g.tile_m),
+                       task, name="push_block")
+            block_bytes = b.mul(u32, ctx.param("row_bytes"), g.tile_m, mode="lo", name="block_bytes")
+            first = b.mul(u32, tm, block_bytes, mode="wide", name="block_offset")
+            local = b.add(u64, ctx.layouts["a"].peer(b, ctx.rank), first, name="block_src")
+            bar, buf = ctx.rings["full"].bar(b, 0), ctx.smem["smem_a"]
+            for done in b.range(0, block_bytes, CHUNK, name="chunk"):
+                size = b.min(u32, b.sub(u32, block_bytes, done), CHUNK, name="chunk_bytes")
+                b.bulk_wait_group(0, read=True)          # the last chunk has left shared memory
+                b.mbarrier_arrive_expect_tx(bar, size)
+                b.bulk_load(address(buf), address(b.add(u64, local, b.cvt(u64, u32, done))), size, bar)
+                wait_parity(b, bar, ctx.param("it"), name="chunk_in")
+                b.xor("b32", ctx.param("it"), 1, into=ctx.param("it"))
+                for peer in b.range(0, ctx.world, name="dst"):
+                    with b.if_then(b.setp("ne", u32, peer, ctx.rank, name="is_peer")):
+                        dst = b.add(u64, b.add(u64, ctx.layouts["a"].peer(b, peer), first), b.cvt(u64, u32, done))
+                        b.bulk_store(address(dst), address(buf), size)
+                b.bulk_commit_group()
+            publish_async_writes(b)
+            for peer in b.range(0, ctx.world, name="dst"):
+                signal(b, flag_address(b, ctx.layouts["ready"], peer, tm), 1, sem=Sem.RELEASE, scope="sys")
+
+    parts = gemm.roles(g, store=store, tile=own_rows_first, before_a=await_rows)
+
+    def epilogue(ctx):
+        ctx.b.bulk_wait_group(0)
+        rank_barrier(ctx, 1, multicast=False)        # nobody overwrites A rows a peer still reads
+
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=push_rows, epilogue=epilogue)
+
+
+def reference(a_shards, b_local, b_layout: str = "nk") -> np.ndarray:
+    return gemm.reference(np.concatenate(a_shards, axis=0), b_local, b_layout)
+
+
+def catalog():
+    yield build(Config())

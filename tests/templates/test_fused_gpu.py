@@ -1,0 +1,27 @@
+"""AG+GEMM, GEMM+RS and GEMM+AR on GPU 0 with 1, 2 and 4 ranks (processes), against float64 numpy."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
+from mpi_programs import launcher  # noqa: E402
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_fused_kernels_match_numpy(gpu, ranks):
+    if launcher.find_launcher() is None:
+        pytest.skip("no mpiexec/mpirun to start the ranks")
+    env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0", "PKPTX_EXAMPLES": "8" if ranks < 4 else "5"}
+    proc, results = launcher.run(ranks, "../../templates/programs/fused_program.py", env=env, timeout=540)
+    output = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(results) == list(range(ranks)), output
+    for rank in range(ranks):
+        outcome = results[rank]["fused"]
+        assert outcome["cases"] > 0, output
+        assert not outcome["failures"], (rank, outcome["failures"][:3])
+    assert proc.returncode == 0, output
