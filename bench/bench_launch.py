@@ -10,115 +10,94 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from common import PTX_HEADER, compile_ptx, event_ms, host_us, parse_args, report
+from common import event_ms, host_us, parse_args, report
 
+from pkptx import isa
+from pkptx.isa import Param, address
 from pkptx.isa import types as T
-from pkptx.isa.values import Param
 from pkptx.launch import Device, Kernel, LaunchConfig, Stream, empty, from_numpy, launch
+from pkptx.primitives import StageRing, wait_parity
 from pkptx.launch.driver import call, check, driver
 
 EMPTY_PARAMS = [Param("a", T.u64, pointer=True), Param("b", T.u64, pointer=True), Param("n", T.u32)]
-EMPTY_PTX = PTX_HEADER + ".visible .entry empty(.param .u64 a, .param .u64 b, .param .u32 n)\n{\n    ret;\n}\n"
 EMPTY_CUDA = 'extern "C" __global__ void empty(const float* a, const float* b, unsigned n) {}'
 
 
-def bulk_copy_ptx(chunk: int, stages: int) -> str:
+def empty_kernel() -> isa.Kernel:
+    """``empty(a, b, n)``: ``ret`` only, the launch path with nothing on the GPU side."""
+    k = isa.Kernel("empty", EMPTY_PARAMS)
+    k.builder().ret()
+    return k
+
+
+def bulk_copy(chunk: int, stages: int) -> isa.Kernel:
     """Persistent 1-D copy: thread 0 of each CTA streams chunks global -> shared -> global.
 
     Stage s of ``stages`` holds one ``chunk``-byte buffer and one mbarrier. Loads complete on the
-    mbarrier (expect_tx); each store is one bulk group. After storing chunk i, the stage of chunk
-    i-1 is refilled with chunk i-1+stages once ``wait_group.read 1`` says store i-1 has read it.
+    mbarrier (expect_tx); each store is one bulk group. The prologue fills every stage; after storing
+    chunk i, the stage of chunk i-1 is refilled with chunk i-1+stages once ``wait_group.read 1`` says
+    store i-1 has read it. Params: dst, src (device addresses), nchunks (u64; the copy is
+    ``nchunks * chunk`` bytes). Launch with ``chunk * stages`` bytes of dynamic shared memory.
     """
-    init = "\n".join(f"    mbarrier.init.shared::cta.b64 [%r5+{8 * s}], 1;" for s in range(stages))
-    prologue = "\n".join(f"""    setp.le.u64 %p3, %rd6, {s};
-    @%p3 bra PRO_END;
-    mad.lo.u64 %rd7, %rd5, {s}, %rd4;
-    mul.lo.u64 %rd8, %rd7, {chunk};
-    add.u64 %rd9, %rd2, %rd8;
-    mbarrier.arrive.expect_tx.shared::cta.b64 %rd10, [%r5+{8 * s}], {chunk};
-    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r4+{s * chunk}], [%rd9], {chunk}, [%r5+{8 * s}];"""
-                         for s in range(stages))
-    return PTX_HEADER + f"""
-.extern .shared .align 128 .b8 stage[];
-.shared .align 8 .b64 bars[{stages}];
+    k = isa.Kernel("bulk_copy", [Param("dst", T.u64, pointer=True), Param("src", T.u64, pointer=True),
+                             Param("nchunks", T.u64)],
+                   dynamic_smem=chunk * stages)
+    b = k.builder()
+    data = b.mov(T.u32, k.dynamic_shared("stage", align=128), name="stage0")
+    ring = StageRing(b.mov(T.u32, k.shared("bars", 8 * stages, align=8), name="bars"), stages)
+    with b.if_then(b.setp("eq", T.u32, b.special("tid.x"), 0, name="leader")):
+        dst = b.cvta(T.u64, "global", b.load_param("dst"), to=True, name="dst_g")
+        src = b.cvta(T.u64, "global", b.load_param("src"), to=True, name="src_g")
+        nchunks = b.load_param("nchunks")
+        cta = b.cvt(T.u64, T.u32, b.special("ctaid.x"), name="cta")        # this CTA's first chunk
+        step = b.cvt(T.u64, T.u32, b.special("nctaid.x"), name="step")     # chunk step
+        with b.if_then(b.setp("lt", T.u64, cta, nchunks, name="has_work")):
+            mine = b.div(T.u64, b.sub(T.u64, b.add(T.u64, b.sub(T.u64, nchunks, cta), step), 1), step,
+                         name="mine")                                      # chunks of this CTA
+            for s in range(stages):
+                b.mbarrier_init(ring.bar(b, s), 1)
+            b.fence_mbarrier_init()
+            b.fence_proxy_async("shared::cta")
 
-.visible .entry bulk_copy(.param .u64 dst, .param .u64 src, .param .u64 nchunks)
-{{
-    .reg .pred %p<6>;
-    .reg .b32 %r<16>;
-    .reg .b64 %rd<20>;
-    mov.u32 %r1, %tid.x;
-    setp.ne.u32 %p1, %r1, 0;
-    @%p1 bra DONE;
-    ld.param.u64 %rd1, [dst];
-    ld.param.u64 %rd2, [src];
-    ld.param.u64 %rd3, [nchunks];
-    cvta.to.global.u64 %rd1, %rd1;
-    cvta.to.global.u64 %rd2, %rd2;
-    mov.u32 %r2, %ctaid.x;
-    cvt.u64.u32 %rd4, %r2;                // this CTA's first chunk
-    mov.u32 %r3, %nctaid.x;
-    cvt.u64.u32 %rd5, %r3;                // chunk step
-    setp.ge.u64 %p2, %rd4, %rd3;
-    @%p2 bra DONE;
-    sub.u64 %rd6, %rd3, %rd4;
-    add.u64 %rd6, %rd6, %rd5;
-    sub.u64 %rd6, %rd6, 1;
-    div.u64 %rd6, %rd6, %rd5;             // chunks of this CTA
-    mov.u32 %r4, stage;
-    mov.u32 %r5, bars;
-{init}
-    fence.mbarrier_init.release.cluster;
-    fence.proxy.async.shared::cta;
-{prologue}
-PRO_END:
-    mov.u64 %rd11, 0;
-LOOP:
-    cvt.u32.u64 %r6, %rd11;
-    rem.u32 %r7, %r6, {stages};
-    div.u32 %r8, %r6, {stages};
-    and.b32 %r8, %r8, 1;                  // phase parity of this use of the stage
-    mad.lo.u32 %r9, %r7, 8, %r5;
-    mad.lo.u32 %r10, %r7, {chunk}, %r4;
-WAIT:
-    mbarrier.try_wait.parity.shared::cta.b64 %p4, [%r9], %r8;
-    @!%p4 bra WAIT;
-    mad.lo.u64 %rd12, %rd11, %rd5, %rd4;
-    mul.lo.u64 %rd13, %rd12, {chunk};
-    add.u64 %rd14, %rd1, %rd13;
-    cp.async.bulk.global.shared::cta.bulk_group [%rd14], [%r10], {chunk};
-    cp.async.bulk.commit_group;
-    setp.eq.u64 %p5, %rd11, 0;
-    @%p5 bra NEXT;
-    add.u64 %rd15, %rd11, {stages - 1};   // chunk to load into the stage store i-1 used
-    setp.ge.u64 %p5, %rd15, %rd6;
-    @%p5 bra NEXT;
-    cp.async.bulk.wait_group.read 1;
-    sub.u32 %r11, %r6, 1;
-    rem.u32 %r12, %r11, {stages};
-    mad.lo.u32 %r13, %r12, 8, %r5;
-    mad.lo.u32 %r14, %r12, {chunk}, %r4;
-    mad.lo.u64 %rd16, %rd15, %rd5, %rd4;
-    mul.lo.u64 %rd17, %rd16, {chunk};
-    add.u64 %rd18, %rd2, %rd17;
-    mbarrier.arrive.expect_tx.shared::cta.b64 %rd19, [%r13], {chunk};
-    cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r14], [%rd18], {chunk}, [%r13];
-NEXT:
-    add.u64 %rd11, %rd11, 1;
-    setp.lt.u64 %p5, %rd11, %rd6;
-    @%p5 bra LOOP;
-    cp.async.bulk.wait_group 0;
-DONE:
-    ret;
-}}
-"""
+            def offset(j):
+                """Byte offset of this CTA's j-th chunk: (cta + j * step) * chunk."""
+                return b.mul(T.u64, b.mad(T.u64, step, j, cta, mode="lo"), chunk, mode="lo", name="off")
+
+            def smem(stage):
+                if isinstance(stage, int):
+                    return address(data, stage * chunk)
+                return address(b.mad(T.u32, stage, chunk, data, mode="lo", name="smem"))
+
+            def load(j, stage):
+                bar = ring.bar(b, stage)
+                b.mbarrier_arrive_expect_tx(bar, chunk)
+                b.bulk_load(smem(stage), address(b.add(T.u64, src, offset(j), name="from")), chunk, bar)
+
+            for s in range(stages):                      # prologue: one chunk per stage, while there are any
+                with b.if_then(b.setp("gt", T.u64, mine, s, name="pro")):
+                    load(s, s)
+            for i in b.range(0, mine, ty=T.u64, name="i"):
+                i32 = b.cvt(T.u32, T.u64, i, name="i32")
+                stage = b.rem(T.u32, i32, stages, name="stage")
+                parity = b.and_(T.b32, b.div(T.u32, i32, stages), 1, name="parity")   # phase of this use
+                wait_parity(b, ring.bar(b, stage), parity)
+                b.bulk_store(address(b.add(T.u64, dst, offset(i), name="to")), smem(stage), chunk)
+                b.bulk_commit_group()
+                ahead = b.add(T.u64, i, stages - 1, name="ahead")   # chunk to load into the stage store i-1 used
+                refill = b.setp("lt", T.u64, ahead, mine, name="refill")
+                with b.if_then(b.setp("ne", T.u64, i, 0, combine="and", c=refill, name="refill_now")):
+                    b.bulk_wait_group(1, read=True)
+                    load(ahead, b.rem(T.u32, b.sub(T.u32, i32, 1), stages, name="prev"))
+            b.bulk_wait_group(0)
+    b.ret()
+    return k
 
 
 def bench_overhead(args) -> None:
     """Host microseconds per launch of the same empty kernel, several ways, in one run."""
     cu = driver()
     device = Device(0).set_current()
-    compiled = compile_ptx(EMPTY_PTX, "empty", EMPTY_PARAMS)
+    compiled = empty_kernel().compile()
     k = Kernel.load(compiled, device)
     x, y = empty(1024, "float32"), empty(1024, "float32")
     calls = 1000 if args.quick else 5000
@@ -205,8 +184,7 @@ def bench_bulk_copy(args) -> None:
     gbps = lambda ms: 2 * nbytes / ms / 1e6  # noqa: E731
     rows = [["cuMemcpyDtoDAsync", "-", base_ms, gbps(base_ms), "1.00"]]
     for chunk, stages, per_sm in ((16384, 8, 1), (32768, 6, 1), (16384, 6, 2), (8192, 12, 2), (32768, 3, 2)):
-        params = [Param("dst", T.u64, pointer=True), Param("src", T.u64, pointer=True), Param("nchunks", T.u64)]
-        k = Kernel.load(compile_ptx(bulk_copy_ptx(chunk, stages), "bulk_copy", params), device)
+        k = Kernel.load(bulk_copy(chunk, stages).compile(), device)
         run = k[device.sm_count * per_sm, 32, chunk * stages]
         dst.fill(0xA5, stream)
         run(dst, src, nbytes // chunk, stream=stream)

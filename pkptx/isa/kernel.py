@@ -45,6 +45,10 @@ class Kernel:
         if self.pinned_version and self.pinned_version > MAX_PTX:
             raise locate(TargetError(f"ptx_version {self.pinned_version} is above {MAX_PTX}, the newest the "
                                      f"driver takes"))
+        floor = SM90A_FLOOR if target == "sm_90a" else SM90_FLOOR
+        if self.pinned_version and self.pinned_version < floor:
+            raise locate(TargetError(f"ptx_version {self.pinned_version} cannot target {target or 'sm_90'}: "
+                                     f"sm_90 needs PTX 7.8 or later, sm_90a 8.0 or later"))
         self.max_threads = _dims(max_threads, "max_threads")
         self.req_threads = _dims(req_threads, "req_threads")
         self.cluster = _dims(cluster, "cluster")
@@ -77,8 +81,16 @@ class Kernel:
         raise locate(PTXBuildError(f"kernel {self.name} has no parameter {name!r}; it has "
                                    f"{', '.join(p.name for p in self.params) or 'none'}"))
 
+    def _new_symbol(self, name: str, what: str) -> None:
+        taken = {p.name for p in self.params} | {sym.name for sym, _, _ in self._shared}
+        taken |= {self._dynamic[0].name} if self._dynamic else set()
+        if not name.isidentifier() or name in taken:
+            raise locate(PTXBuildError(f"{what} {name!r} must be an identifier not already used by a parameter "
+                                       f"or shared variable ({', '.join(sorted(taken)) or 'none yet'})"))
+
     def shared(self, name: str, nbytes: int, align: int = 16) -> Symbol:
         """A static ``.shared .align <align> .b8 name[nbytes]``; use it as an address base."""
+        self._new_symbol(name, "shared variable")
         if nbytes <= 0 or align <= 0 or align & (align - 1):
             raise locate(PTXBuildError(f"shared {name!r}: nbytes must be > 0 and align a power of two"))
         sym = Symbol(f"{name}", "shared")
@@ -89,6 +101,9 @@ class Kernel:
         """The dynamic shared-memory window ``.extern .shared .align <align> .b8 name[]``."""
         if self._dynamic is not None:
             raise locate(PTXBuildError("a kernel has one dynamic shared-memory window"))
+        self._new_symbol(name, "dynamic shared window")
+        if align <= 0 or align & (align - 1):
+            raise locate(PTXBuildError(f"dynamic shared {name!r}: align must be a power of two, got {align}"))
         sym = Symbol(name, "shared")
         self._dynamic = (sym, align)
         return sym
@@ -103,16 +118,21 @@ class Kernel:
             self._instructions += 1
 
     def require(self, spec, version, text: str) -> None:
+        """Check the instruction against the kernel's target and version pins, then record what it needs
+        (nothing is recorded when a check fails)."""
         if spec.target == "sm_90a":
             if self.pinned_target == "sm_90":
                 raise TargetError(f"{text} needs target sm_90a, but the kernel is pinned to sm_90")
-            self.needs_sm90a = True
+            if self.pinned_version and self.pinned_version < SM90A_FLOOR:
+                raise TargetError(f"{text} needs target sm_90a, which needs PTX 8.0, but the kernel is pinned "
+                                  f"to {self.pinned_version[0]}.{self.pinned_version[1]}")
         if version > MAX_PTX:
             raise TargetError(f"{text} needs PTX ISA {version[0]}.{version[1]}, above the {MAX_PTX[0]}."
                               f"{MAX_PTX[1]} the driver accepts")
         if self.pinned_version and version > self.pinned_version:
             raise TargetError(f"{text} needs PTX ISA {version[0]}.{version[1]}, but the kernel is pinned to "
                               f"{self.pinned_version[0]}.{self.pinned_version[1]}")
+        self.needs_sm90a = self.needs_sm90a or spec.target == "sm_90a"
         self.version = max(self.version, version)
 
     def track(self, defs, uses, text: str) -> None:
@@ -121,9 +141,9 @@ class Kernel:
                 raise PTXBuildError(f"{text}: register {r.name} (.{r.type}) is read before any instruction "
                                     f"writes it")
         for r in defs:
-            if r.name not in self._regs:
+            if self._regs.get(r.name) != r:
                 raise PTXBuildError(f"{text}: register {r.name} was not declared by this kernel's builder")
-            self._defined.add(r.name)
+        self._defined.update(r.name for r in defs)
 
     def place_label(self, label, origin) -> None:
         if label.name in self._labels_placed:

@@ -35,6 +35,9 @@ class MmaOps:
         if k is None:
             raise PTXBuildError(f"wgmma: unsupported A type .{atype}")
         register_a = isinstance(a, Vec)
+        if register_a and trans_a not in (0, None):
+            raise PTXBuildError("wgmma with A in registers has no transpose-A operand (A's fragment layout is "
+                                "fixed); transpose A when writing its registers, or use a descriptor")
         if atype.bits != 16:
             trans_a = trans_b = None
         if atype.name in ("s8", "u8"):           # integer wgmma has no scale-a/scale-b immediates

@@ -99,7 +99,9 @@ SPECS: dict[str, Spec] = {}
 
 def spec(key: str, pattern: str, ops: str = "", *, section: str, ptx=(7, 8), target="sm_90",
          check=None, versions=(), **options) -> Spec:
-    """Add one row to the table. ``options``: group name or ``T<i>`` -> legal options."""
+    """Add one row to the table. ``options``: group name or ``T<i>`` -> legal options. ``versions``:
+    (trigger, (major, minor)) pairs raising the PTX version; a trigger is an option or type name that
+    appears in the form, or a predicate ``f(mods, types)``."""
     pat, required, slots = _parse_pattern(pattern)
     groups = {k: tuple(v) for k, v in options.items() if not k.startswith("T")}
     types = tuple(tuple(options.get(f"T{i}", ())) for i in range(slots))
@@ -258,6 +260,13 @@ def _check_cvt(mods, types, ops):
     return None
 
 
+def _check_createpolicy(mods, types, ops):
+    fraction = ops.get("fraction")
+    if fraction is not None and not 0.0 < float(fraction.value) <= 1.0:
+        return f"the createpolicy fraction is in (0, 1], got {fraction.value}"
+    return None
+
+
 def _check_prefetch(mods, types, ops):
     level, space = mods["level"], mods.get("space")
     if level == "tensormap" and space not in (None, "const", "param"):
@@ -400,10 +409,13 @@ def _op_type(table: dict, what: str, mods, types):
 
 
 def _check_atom(mods, types, ops):
-    sem = mods.get("sem")
-    if sem and not mods.get("scope"):        # PTX would default to .gpu; pkptx wants ordering spelled out
+    sem, scope = mods.get("sem"), mods.get("scope")
+    if sem and not scope:                    # PTX would default to .gpu; pkptx wants ordering spelled out
         return (f"atom/red '.{sem}' without a scope means .gpu in PTX; spell the scope out: one of "
                 + " ".join("." + s for s in SCOPES))
+    if scope and not sem:                    # ... and the semantics to .relaxed
+        return (f"atom/red scope '.{scope}' without semantics means .relaxed in PTX; spell it out: "
+                f"sem= .relaxed .acquire .release or .acq_rel")
     err = _scope_with_sem(mods) or _op_type(ATOM_TYPES, "atom/red", mods, types)
     if err:
         return err
@@ -481,6 +493,10 @@ def _check_multimem_red(mods, types, ops):
     if op in ("min", "max") and ty in ("f16x2", "bf16x2") and not mods.get("vec"):
         return f"multimem.red '.{op}' on .{ty} needs a vector width (.v2 .v4)"
     return _check_multimem(mods, types, ops)
+
+
+def _mixed_int_wgmma(mods, types) -> bool:
+    return {types[1], types[2]} == {"s8", "u8"}
 
 
 _WGMMA_ACC_REGS = {"f32": ("f32", "b32"), "s32": ("s32", "u32", "b32"), "f16": ("f16x2", "b32", "u32")}
@@ -684,7 +700,7 @@ spec("getctarank", "getctarank.{space?}.{T0}", ">d:R:u32 a:RY:T0", section="9.7.
      space=("shared::cluster",), T0=("u32", "u64"))
 spec("createpolicy", "createpolicy.fractional.{primary}.{secondary?}.b64", ">d:R:b64 fraction?:I:f32",
      section="9.7.9.18", primary=("L2::evict_last", "L2::evict_normal", "L2::evict_first", "L2::evict_unchanged"),
-     secondary=("L2::evict_first", "L2::evict_unchanged"))
+     secondary=("L2::evict_first", "L2::evict_unchanged"), check=_check_createpolicy)
 spec("ldmatrix", "ldmatrix.sync.aligned.{shape}.{num}.{trans?}.{space?}.{T0}", ">d:RV:b32 addr:A",
      section="9.7.14.5.15", shape=("m8n8",), num=("x1", "x2", "x4"), space=SMEM, T0=("b16",), check=_check_matrix)
 spec("stmatrix", "stmatrix.sync.aligned.{shape}.{num}.{trans?}.{space?}.{T0}", "addr:A b:RV:b32",
@@ -827,7 +843,7 @@ spec("wgmma.wait_group", "wgmma.wait_group.sync.aligned", "n:I:u32", section="9.
      target="sm_90a")
 _WG = dict(shape=tuple(f"m64n{n}k{k}" for k in (8, 16, 32) for n in range(8, 257, 8)),
            T0=("f32", "f16", "s32"), T1=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"),
-           T2=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"))
+           T2=("f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8"), versions=((_mixed_int_wgmma, (8, 4)),))
 spec("wgmma.mma_async.ss", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
      ">d:V:any a:R:b64 b:R:b64 scale:RI:pred sa?:I:s32 sb?:I:s32 ta?:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=_check_wgmma(register_a=False), **_WG)

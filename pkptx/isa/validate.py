@@ -61,6 +61,9 @@ def _check_typed(value, rule: str, spec, mods, types) -> str | None:
     if isinstance(value, Sink):
         return None
     if isinstance(value, Imm):
+        if slot.name in ("f16", "bf16", "f16x2", "bf16x2"):
+            return (f"a .{slot} operand cannot be an immediate ({value.value}); put the bits in a register "
+                    f"first, e.g. b.mov({slot}, 0x3C00)")
         if isinstance(value.value, float) and not slot.is_float:
             return f"float immediate {value.value} where .{slot} is expected"
         if slot is pred and value.value not in (0, 1):
@@ -206,7 +209,8 @@ def validate(spec: Spec, mods: dict, types: tuple, operands: list):
             uses += _regs_read(value)
     version = spec.min_ptx
     for trigger, need in spec.version_rules:
-        if trigger in types or trigger in mods.values():
+        fires = trigger(mods, types) if callable(trigger) else (trigger in types or trigger in mods.values())
+        if fires:
             version = max(version, need)
     return chain, tuple(rendered), defs, uses, version
 

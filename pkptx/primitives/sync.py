@@ -125,5 +125,7 @@ def barrier(b: Builder, flags: BoundLayout, index, expected, *, rank: Reg, world
     Called by one thread per participant; the caller owes ``bar.sync`` around it for the rest of its CTA.
     """
     signal_all(b, flags, index, 1, world=world, sem=Sem.RELEASE, scope=scope, multicast=multicast)
+    if multicast:       # the add went through the multicast address, the wait reads the unicast one
+        b.fence_proxy_alias()
     wait(b, flag_address(b, flags, rank, index), expected, sem=Sem.ACQUIRE, scope=scope, deadline=deadline,
          flag_id=index)

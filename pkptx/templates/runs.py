@@ -2,7 +2,7 @@
 
 A run is a stretch of elements that is contiguous both where it is read and where it is written:
 all-gather and reduce-scatter along dim ``d`` move rows of ``mid * inner`` elements, all-to-all moves
-the innermost block below both its scatter and its gather dim. Each rank's work is a grid of
+blocks from the later of its scatter and gather dims down. Each rank's work is a grid of
 ``rows_hi x rows_lo`` rows of ``run`` units (a unit is ``width`` bytes: 16, 8, 4 or 2), and unit ``u``
 is read and written at (in units)::
 
@@ -15,6 +15,15 @@ The host computes the rank-dependent terms (``src_base``, ``dst_base``) for its 
 code holds no world-size constant: one cubin per unit width serves every shape and world size.
 The width is the widest that divides the run's bytes (:func:`unit_bytes`); every stride and base is
 a multiple of the run, so every access is aligned and a row never ends inside a unit.
+
+Ordering (the same for every run collective): data moves with weak ``ld.global`` / ``st.global`` on
+peer addresses, between the two cross-rank barriers of :mod:`.collective`. The opening one (thread 0:
+``red.release.sys`` to every rank, ``ld.acquire.sys`` on its own flag; then ``bar.sync``) means every
+rank's inputs are written and no rank still reads the outputs we are about to write (its previous
+work on the stream is done). The closing one (``bar.sync``, then thread 0's release, cumulative over
+the CTA's writes, and acquire) means every rank's stores into this rank's output are visible when its
+kernel ends, and no peer still reads this rank's input. Loads are not ``.nc``: in place, the kernel
+writes the buffer it reads (each element only by the thread that read it, see the model tests).
 
 :class:`RunMap` and :func:`thread_units` are the pure-Python model (the tests check, with hypothesis,
 that each output element is written once, from the right source); :func:`build_runs` emits the device

@@ -11,6 +11,11 @@ import pytest
 from pkptx.errors import PTXBuildError
 
 
+def caller_line() -> int:
+    """The line number the caller is executing (``x = f(); line = caller_line()`` on one line)."""
+    return inspect.currentframe().f_back.f_lineno
+
+
 @contextlib.contextmanager
 def assembler_forbidden():
     """Fail the test if anything reaches nvJitLink: the error must come from the builder."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pkptx.errors import TargetError
+from pkptx.errors import PTXBuildError, TargetError
 from pkptx.isa import (MAX_PTX, Kernel, Param, Vec, address, b16, b32, b64, bf16, f16, f16x2, f32, f64, pred,
                        s32, s64, u8, u16, u32, u64)
 from tests.helpers.assemble import Sandbox
-from tests.helpers.errors import build_error
+from tests.helpers.errors import assembler_forbidden, build_error, caller_line
 
 
 @pytest.fixture
@@ -265,13 +265,12 @@ def test_unknown_special_register(sb):
 def test_undefined_label_names_the_branch():
     sb = Sandbox()
     nowhere = sb.b.new_label("nowhere")
-    sb.b.bra(nowhere)  # the origin the error must point at
-    line = test_undefined_label_names_the_branch.__code__.co_firstlineno + 3
+    sb.b.bra(nowhere); line = caller_line()  # noqa: E702 - the branch is the line the error names
     sb.finish()
-    with pytest.raises(Exception) as info:
-        sb.k.render()
-    assert "$L_nowhere0" in str(info.value) and "never placed" in str(info.value)
-    assert f"{__file__}:{line}" in (info.value.origin or "")
+    with assembler_forbidden(), pytest.raises(PTXBuildError) as info:
+        sb.k.compile()
+    assert "branch to label $L_nowhere0, which is never placed" in str(info.value)
+    assert info.value.origin.startswith(f"{__file__}:{line}")
 
 
 def test_label_placed_twice(sb):
@@ -365,3 +364,87 @@ def test_packed_pair_register_into_an_f32_slot(sb):
 def test_wide_vector_of_mixed_registers(sb):
     with build_error("operand 'a'", "must together be 32 bits"):
         sb.b.mov(b32, Vec((sb.r(b16), sb.r(b32))))
+
+
+def test_error_through_a_primitive_names_the_user_line_first():
+    from pkptx.primitives.sync import signal
+    sb = Sandbox()
+    with build_error("'.everywhere' is not a legal scope", ".sys") as info:
+        signal(sb.b, sb.gptr, 1, sem="release", scope="everywhere")
+    assert "via" in info.value.origin and "pkptx/primitives/sync.py" in info.value.origin
+
+
+# ------------------------------------------------------------------ rules found by assembling every form
+def test_half_float_operands_take_no_immediates(sb):
+    with build_error("a .f16 operand cannot be an immediate", "b.mov(f16, 0x3C00)"):
+        sb.b.add(f16, sb.r(f16), 1.0)
+
+
+def test_store_to_a_parameter_space_is_not_a_form(sb):
+    with build_error("'.param' is not a legal space"):
+        sb.b.st(u32, address(sb.k.param("n")), sb.r(u32), space="param")
+
+
+def test_atom_scope_without_semantics_is_spelled_out(sb):
+    with build_error("without semantics means .relaxed", ".acq_rel"):
+        sb.b.atom("add", u32, sb.g(), 1, scope="gpu", space="global")
+
+
+def test_multimem_red_min_of_a_packed_pair_needs_a_vector(sb):
+    with build_error("multimem.red '.min' on .f16x2 needs a vector width"):
+        sb.b.multimem_red("min", f16x2, address(sb.mc), sb.r(f16x2), sem="relaxed", scope="sys")
+
+
+def test_cvt_to_tf32_only_from_f32(sb):
+    with build_error("cvt to .tf32 converts .f32 with .rna, .rn or .rz"):
+        sb.b.cvt("tf32", f64, sb.r(f64), rnd="rna")
+
+
+def test_cvt_bf16_from_a_byte(sb):
+    with build_error("cvt between .bf16 and 8-bit integers is not defined"):
+        sb.b.cvt(bf16, u8, sb.r(u16), rnd="rn")
+
+
+def test_cvt_sat_that_cannot_overflow(sb):
+    with build_error("'.sat' is meaningless for .u16 -> .u32"):
+        sb.b.cvt(u32, u16, sb.r(u16), sat=True)
+
+
+def test_integer_wgmma_shapes_and_scales():
+    k = Sandbox(target="sm_90a")
+    with build_error("N with .s8 inputs is one of 8, 16, 24, 32, then multiples of 16"):
+        k.b.wgmma(k.vec("s32", 20), k.r(b64), k.r(b64), n=40, dtype="s32", atype="s8")
+    with build_error("integer wgmma (.s8/.u8) takes no scale-a/scale-b immediates"):
+        k.b.emit("wgmma.mma_async.ss", k.vec("s32", 4), k.r(b64), k.r(b64), 1, 1, 1,
+                 types=("s32", "s8", "s8"), shape="m64n8k32")
+    with build_error(".s32 accumulation goes with .s8/.u8 inputs"):
+        k.b.wgmma(k.vec("s32", 4), k.r(b64), k.r(b64), n=8, dtype="s32", atype="bf16")
+
+
+def test_register_a_wgmma_has_no_transpose_a():
+    k = Sandbox(target="sm_90a")
+    with build_error("no transpose-A operand"):
+        k.b.wgmma(k.vec(f32, 4), k.vec(b32, 4), k.r(b64), n=8, dtype=f32, atype="bf16", trans_a=1)
+
+
+def test_version_pinned_below_the_target_floor():
+    with build_error("cannot target sm_90a", "8.0 or later", cls=TargetError):
+        Kernel("old", target="sm_90a", ptx_version=(7, 8))
+    sb = Sandbox(ptx_version=(7, 8))
+    with build_error("needs target sm_90a, which needs PTX 8.0", cls=TargetError):
+        sb.b.wgmma_fence()
+    assert sb.k.target == "sm_90"              # a rejected instruction records nothing
+
+
+def test_shared_names_are_unique_identifiers(sb):
+    with build_error("shared variable 'buf' must be an identifier not already used"):
+        sb.k.shared("buf", 64)
+    with build_error("shared variable 'n' must be an identifier"):
+        sb.k.shared("n", 64)
+    with build_error("shared variable 'a-b' must be an identifier"):
+        sb.k.shared("a-b", 64)
+
+
+def test_createpolicy_fraction_range(sb):
+    with build_error("the createpolicy fraction is in (0, 1], got 1.5"):
+        sb.b.createpolicy("L2::evict_last", fraction=1.5)

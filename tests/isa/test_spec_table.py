@@ -13,7 +13,8 @@ import pytest
 from pkptx.errors import PTXBuildError
 from pkptx.isa import MAX_PTX, SPECS, u32
 from tests.helpers.assemble import Sandbox, assert_assembles
-from tests.helpers.forms import GROUPS, built, emitted_keys, ordering_forms, space_address
+from tests.helpers.forms import GROUPS, built, emitted_keys
+from tests.helpers.forms_memory import ordering_forms, space_address
 
 GROUP_ARCHS = [(name, arch) for name, group in GROUPS.items() for arch in group.archs]
 
@@ -86,7 +87,8 @@ def test_groups_exercise_the_important_combinations():
                    "multimem.ld_reduce.relaxed.gpu.global.add.v4.f32", "multimem.st.relaxed.sys.global.v4.f16x2",
                    "multimem.red.release.sys.global.add.v8.bf16",
                    "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
-                   "wgmma.mma_async.sync.aligned.m64n8k16.f16.f16.f16", "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32",
+                   "wgmma.mma_async.sync.aligned.m64n8k16.f16.f16.f16",
+                   "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32", "wgmma.mma_async.sync.aligned.m64n48k32.s32.u8.s8",
                    "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3",
                    "setmaxnreg.dec.sync.aligned.u32 40", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                    "stmatrix.sync.aligned.m8n8.x2.shared.b16", "cvt.rn.satfinite.bf16x2.f32",

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernels_ptx as K
 from pkptx.errors import LaunchError
 from pkptx.launch import (CachingPool, DeviceArray, DriverPool, Kernel, LaunchConfig, Stream, capture, empty,
                           from_numpy, launch, time_cuda)
+from tests.launch import kernels as K
 
 pytestmark = pytest.mark.gpu
 GPU_SETTINGS = settings(max_examples=20, deadline=None)
@@ -22,10 +22,10 @@ FLOATS = ("float32", "float64", "float16", "bfloat16")
 
 @pytest.fixture(scope="module")
 def kernels(gpu):
-    out = {f"axpy_{d}": Kernel.load(K.compile_ptx(K.ptx_axpy(d)), gpu) for d in (*FLOATS, "int32")}
-    out.update({f"vec4_{d}": Kernel.load(K.compile_ptx(K.ptx_vec4_add(d)), gpu) for d in ("float32", "int32")})
-    out["block_sum"] = Kernel.load(K.compile_ptx(K.ptx_block_sum()), gpu)
-    out["cluster_ids"] = Kernel.load(K.compile_ptx(K.ptx_cluster_ids(), block=(128, 1, 1), block_exact=True), gpu)
+    out = {f"axpy_{d}": Kernel.load(K.axpy(d).compile(), gpu) for d in (*FLOATS, "int32")}
+    out.update({f"vec4_{d}": Kernel.load(K.vec4_add(d).compile(), gpu) for d in ("float32", "int32")})
+    out["block_sum"] = Kernel.load(K.block_sum().compile(), gpu)
+    out["cluster_ids"] = Kernel.load(K.cluster_ids().compile(), gpu)      # .reqntid 128: the block is exact
     return out
 
 
@@ -125,7 +125,7 @@ def test_invalid_configs_fail_before_the_driver(kernels):
 
 
 def test_launch_compiled_kernel_directly(gpu):
-    compiled = K.compile_ptx(K.ptx_axpy("float32"))
+    compiled = K.axpy("float32").compile()
     x = np.arange(1000, dtype=np.float32)
     out = poisoned(1000, "float32")
     launch(None, LaunchConfig(4, 256), compiled, out, from_numpy(x), from_numpy(x), 2.0, 1000)

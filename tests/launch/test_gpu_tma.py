@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernels_ptx as K
 from pkptx.launch import DeviceArray, Kernel, TensorMap, TensorMapError, empty, from_numpy
+from tests.launch import kernels as K
 
 pytestmark = pytest.mark.gpu
 DTYPES = ["uint8", "float16", "bfloat16", "float32", "float64"]
@@ -17,7 +17,7 @@ MAX_TILE = 96 * 1024
 
 @pytest.fixture(scope="module")
 def tma_copy(gpu):
-    return Kernel.load(K.compile_ptx(K.ptx_tma_copy_2d()), gpu)
+    return Kernel.load(K.tma_copy_2d().compile(), gpu)
 
 
 @st.composite
@@ -46,7 +46,7 @@ def test_tma_round_trip(tma_copy, layout, seed):
     store = TensorMap.tiled(dst, box=(box_h, box_w), swizzle=swizzle)
     assert load.box_bytes == box_h * box_w * item
     grid = (-(-cols // box_w), -(-rows // box_h))
-    tma_copy[grid, 32, load.box_bytes + 1024](load, store, box_w, box_h, load.box_bytes)
+    tma_copy[grid, 32, load.box_bytes + K.TILE_SLACK](load, store, box_w, box_h, load.box_bytes)
     got = dst.to_numpy().view(np.uint8).reshape(-1)
     mismatch = np.flatnonzero(got != host)
     assert mismatch.size == 0, f"{mismatch.size} bytes differ, first at byte {mismatch[:4]}"

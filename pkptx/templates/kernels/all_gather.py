@@ -5,10 +5,13 @@ rank r's shard at mid-offset r * mid. Row o of the shard (``mid * inner`` contig
 at row ``o * world + r`` of the output: one run per row (:mod:`..runs`), so any dim is as cheap as
 the leading one. In place, the shard already sits in its slot of rank r's output and is read there.
 
-Each thread loads one unit from the local shard and stores it into every rank's output (plain
-``st.global`` into peer memory; the closing barrier publishes it), or, with ``multicast``, stores it
-once to the output's multicast address (``multimem.st``, the switch fans it out; 16-byte units only).
-A copy moves bits, so the cubin depends only on the unit width, not on the dtype.
+Each thread loads one unit from the local shard and stores it into every rank's output, visiting the
+ranks from its own onwards (plain ``st.global`` into peer memory; the closing barrier publishes it:
+ordering in :mod:`..runs`), or, with ``multicast``, stores it once to the output's multicast address
+(``multimem.st.relaxed.sys.v4``, the switch fans it out; 16-byte units only; relaxed suffices because
+the closing barrier's release orders it, after the ``fence.proxy.alias`` that
+:func:`..collective.build_collective` adds to multicast kernels). A copy moves bits, so the cubin
+depends only on the unit width, not on the dtype.
 """
 from __future__ import annotations
 

@@ -2,15 +2,16 @@
 ``Y_r[..., g-chunk s, ...] = X_s[..., a-chunk r, ...]`` (e.g. Ulysses, (B, S, H, D): scatter H, gather S).
 
 Rank s sends a-chunk r of its input to rank r, which holds it at g-chunk s: the layout change happens
-in the stores, so no reshape runs before or after. What moves are runs: the elements below the outer
-of the two dims stay contiguous on both sides (``G * I`` when a < g, ``(A / world) * I`` otherwise; I
-the product of the dims after both). With P the dims before both and Q those between, the rows are
-(p, q') in P x (A/world * Q) for a < g, P x (G * Q) otherwise (:func:`run_map`; :mod:`..runs`).
+in the stores, so no reshape runs before or after. What moves are runs: from the later (inner) of the
+two dims down, elements stay contiguous on both sides: ``G * I`` (all of the gather dim) when a < g,
+``(A / world) * I`` (one a-chunk) otherwise, I the product of the dims after both. With P the
+product of the dims before both and Q of those between, the rows are P x (A/world * Q) for a < g and
+P x (G * Q) otherwise (:func:`run_map`; the index math in :mod:`..runs`).
 
-Each thread, for each destination d (staggered from its own rank), loads its unit of a-chunk d
+Each thread, for each destination d (from its own rank onwards), loads its unit of a-chunk d
 (``src + d * src_peer``) from the local input and stores it into d's output (plain ``st.global``
-into peer memory; the closing barrier publishes it). Out of place only: peers write into rank r's
-output while rank r may still be reading its input.
+into peer memory; the closing barrier publishes it: ordering in :mod:`..runs`). Out of place only:
+in place, peers' stores would overwrite chunks of rank r's input that rank r has yet to send.
 """
 from __future__ import annotations
 
@@ -45,15 +46,18 @@ def run_map(shape, scatter_dim: int, gather_dim: int, world: int, rank: int) -> 
     p, q, i = math.prod(shape[:lo]), math.prod(shape[lo + 1:hi]), math.prod(shape[hi + 1:])
     big_a, big_g = shape[a], shape[g]
     part = big_a // world                                       # a-chunk length
-    if a == g:      # X (P, A, I) -> Y (P, A, I): chunk d of X_s to chunk s of Y_d
-        return RunMap(1, p, part * i, 0, big_a * i, 0, part * i, 0, big_a * i, rank * part * i)
-    if a < g:       # X (P, A, Q, G, I) -> Y (P, A/w, Q, w*G, I); rows (p, j*Q + q), run G*I
+    if a == g:      # X (P, A, I) -> Y (P, A, I): chunk d of X_s to chunk s of Y_d; rows p
+        run = part * i
+        return RunMap(rows_hi=1, rows_lo=p, run=run, src_hi=0, src_lo=big_a * i, src_base=0, src_peer=run,
+                      dst_hi=0, dst_lo=big_a * i, dst_base=rank * run)
+    if a < g:       # X (P, A, Q, G, I) -> Y (P, A/w, Q, w*G, I); rows (p, j*Q + q)
         run = big_g * i
-        return RunMap(p, part * q, run, big_a * q * run, run, 0, part * q * run,
-                      part * q * world * run, world * run, rank * run)
-    run = part * i  # g < a: X (P, G, Q, A, I) -> Y (P, w*G, Q, A/w, I); rows (p, gg*Q + q), run A/w*I
-    return RunMap(p, big_g * q, run, big_g * q * big_a * i, big_a * i, 0, run,
-                  world * big_g * q * run, run, rank * big_g * q * run)
+        return RunMap(rows_hi=p, rows_lo=part * q, run=run, src_hi=big_a * q * run, src_lo=run, src_base=0,
+                      src_peer=part * q * run, dst_hi=part * q * world * run, dst_lo=world * run,
+                      dst_base=rank * run)
+    run = part * i  # g < a: X (P, G, Q, A, I) -> Y (P, w*G, Q, A/w, I); rows (p, gg*Q + q)
+    return RunMap(rows_hi=p, rows_lo=big_g * q, run=run, src_hi=big_g * q * big_a * i, src_lo=big_a * i, src_base=0,
+                  src_peer=run, dst_hi=world * big_g * q * run, dst_lo=run, dst_base=rank * big_g * q * run)
 
 
 def out_shape(shape, scatter_dim: int, gather_dim: int, world: int) -> tuple[int, ...]:

@@ -6,10 +6,12 @@ Around the scattered dim the input is (outer, world * mid, inner) on every rank 
 row ``o * world + r``, ``mid * inner`` contiguous elements: one run per row (:mod:`..runs`). In place,
 the result goes into that same slice of rank r's input (no one else reads it, so no extra barrier).
 
-Each thread loads one unit from every rank (the opening barrier's acquire makes the inputs visible),
-reduces in f32 (16-bit inputs rounded once at the end), and stores it locally; with ``multicast`` one
-``multimem.ld_reduce`` replaces the world loads (16-byte units; the switch has no f32 min/max). The
-closing barrier keeps every rank's input alive until all peers have read it.
+Each thread loads one unit from every rank (weak loads: the opening barrier's acquire makes the
+inputs visible; ordering in :mod:`..runs`), reduces in f32 (16-bit inputs rounded once at the end),
+and stores it locally; with ``multicast`` one ``multimem.ld_reduce.relaxed.sys`` replaces the world
+loads (16-byte units; the switch has no f32 min/max; the ``fence.proxy.alias`` after the opening
+barrier orders it after the inputs' unicast writes). The closing barrier keeps every rank's input
+alive until all peers have read it.
 """
 from __future__ import annotations
 

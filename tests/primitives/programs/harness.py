@@ -163,6 +163,12 @@ def poison_bytes(arr: DeviceArray, value: int = 0xA5) -> None:
     view(arr.ptr, (arr.nbytes,), np.uint8, arr).fill(value)
 
 
+def poisoned(shape, dtype: str) -> np.ndarray:
+    """A host array of ``shape`` holding the poison pattern: what an untouched output reads back as."""
+    dt = DTYPES[dtype]
+    return np.full(shape, POISON[dtype], BITS[dt.itemsize]).view(dt)
+
+
 def normal(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
     return rng.standard_normal(shape, dtype=np.float32).astype(DTYPES[dtype])
 
@@ -212,10 +218,19 @@ def within(got: np.ndarray, exact: np.ndarray, magnitude: np.ndarray, terms: int
     return np.abs(got.astype(np.float64) - exact) <= bound
 
 
+def bound_failure(got: np.ndarray, exact: np.ndarray, ok: np.ndarray) -> dict:
+    """Where a rounding-bound check failed first, with the values."""
+    bad = np.argwhere(~ok)
+    if not bad.size:
+        return {}
+    i = tuple(int(x) for x in bad[0])
+    return dict(count=int(len(bad)), first=i, got=float(got[i]), exact=float(exact[i]))
+
+
 def empty_like_bytes(nbytes: int) -> DeviceArray:
     return empty((nbytes,), np.uint8)
 
 
 __all__ = ["Env", "Case", "section", "hyp", "report", "view", "poison", "poison_bytes", "normal", "raw",
-           "first_mismatch", "tensor_maps", "clip", "combine", "within", "DTYPES", "POISON", "UNIT",
+           "first_mismatch", "bound_failure", "poisoned", "tensor_maps", "clip", "combine", "within", "DTYPES", "POISON", "UNIT",
            "TIMEOUT_NS", "empty", "from_numpy", "empty_like_bytes"]

@@ -1,0 +1,190 @@
+"""Diagnose the TMA round-trip failure (temporary probe, not a test)."""
+import os, subprocess, sys
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import numpy as np
+
+RAW = """.version 8.0
+.target sm_90a
+.address_size 64
+.extern .shared .align ALIGN .b8 tile[];
+.shared .align 8 .b64 bar;
+.visible .entry tma_copy_2d(.param .align 64 .b8 src_map[128], .param .align 64 .b8 dst_map[128],
+                            .param .u32 box_w, .param .u32 box_h, .param .u32 box_bytes)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<6>;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p1, %r1, 0;
+    @%p1 bra DONE;
+    ld.param.u32 %r2, [box_w];
+    ld.param.u32 %r3, [box_h];
+    ld.param.u32 %r4, [box_bytes];
+    mov.u32 %r5, %ctaid.x;
+    mov.u32 %r6, %ctaid.y;
+    mul.lo.u32 %r7, %r5, %r2;
+    mul.lo.u32 %r8, %r6, %r3;
+    mov.u32 %r9, tile;
+    add.u32 %r9, %r9, 1023;
+    and.b32 %r9, %r9, -1024;
+    mov.u32 %r10, bar;
+    mov.u64 %rd1, src_map;
+    cvta.param.u64 %rd2, %rd1;
+    mov.u64 %rd3, dst_map;
+    cvta.param.u64 %rd4, %rd3;
+    mbarrier.init.shared::cta.b64 [%r10], 1;
+    fence.mbarrier_init.release.cluster;
+    fence.proxy.async.shared::cta;
+    mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r10], %r4;
+    cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r9], [%rd2, {%r7, %r8}], [%r10];
+WAIT:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
+    @!%p2 bra WAIT;
+    fence.proxy.async.shared::cta;
+    cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd4, {%r7, %r8}], [%r9];
+    cp.async.bulk.commit_group;
+    cp.async.bulk.wait_group 0;
+DONE:
+    ret;
+}
+"""
+
+CASES = [("uint8", 1, 16, 1, 16, None), ("float32", 64, 64, 8, 16, None), ("bfloat16", 200, 128, 64, 64, 128),
+         ("uint8", 5, 48, 3, 16, 128), ("float16", 100, 96, 37, 8, 32), ("float64", 300, 64, 256, 16, None),
+         ("float32", 400, 256, 256, 96, None), ("uint8", 7, 256, 5, 32, 64)]
+
+
+def raw_kernel(align):
+    from pkptx.isa import Param, b8, u32
+    from pkptx.toolchain import CompiledKernel, assemble
+    ptx = RAW.replace("ALIGN", str(align))
+    t = dict(type=b8, count=128, align=64)
+    params = (Param("src_map", **t), Param("dst_map", **t), Param("box_w", u32), Param("box_h", u32),
+              Param("box_bytes", u32))
+    return CompiledKernel(entry="tma_copy_2d", params=params, ptx=ptx, cubin=assemble(ptx, "sm_90a"), arch="sm_90a")
+
+
+def builder_kernel():
+    sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
+    from tests.launch import kernels as K
+    return K.tma_copy_2d().compile()
+
+
+def layout():
+    from pkptx.isa import Kernel, Param, address, u32, u64
+    from pkptx.launch import Device, Kernel as Loaded, empty
+    from pkptx.launch.driver import call, driver
+    dev = Device(0).set_current()
+    cu = driver()
+    print("reserved smem per block:", call("cuDeviceGetAttribute",
+          cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0))
+    for align in (16, 128, 1024):
+        for static in (8, 24):
+            k = Kernel(f"lay_{align}_{static}", [Param("out", u64, pointer=True)])
+            b = k.builder()
+            bar = b.mov(u32, k.shared("bar", static, align=8), name="bar")
+            win = b.mov(u32, k.dynamic_shared("win", align=align), name="win")
+            o = b.cvta(u64, "global", b.load_param("out"), to=True)
+            vals = [win, bar, b.special("dynamic_smem_size"), b.special("total_smem_size")]
+            for j, v in enumerate(vals):
+                b.st(u32, address(o, 4 * j), v, space="global")
+            b.ret()
+            c = k.compile()
+            lk = Loaded.load(c, dev)
+            out = empty(4, "uint32")
+            lk[1, 32, 1040](out)
+            w, bb, dyn, tot = out.to_numpy()
+            print(f"extern align {align:5d} static {static:3d}: ptxas shared_bytes={c.cubin.resources.shared_bytes} "
+                  f"attr SHARED_SIZE={lk.function.static_smem} window=0x{w:x} bar=0x{bb:x} "
+                  f"%dynamic_smem_size={dyn} %total_smem_size={tot}", flush=True)
+
+
+def tma(variant, case):
+    from pkptx.launch import DeviceArray, Device, Kernel as Loaded, TensorMap, empty, from_numpy
+    dev = Device(0).set_current()
+    compiled = builder_kernel() if variant == "builder" else raw_kernel(int(variant[3:]))
+    k = Loaded.load(compiled, dev)
+    dtype, rows, cols, box_h, box_w, swizzle = CASES[case]
+    item = np.dtype(dtype).itemsize
+    host = np.random.default_rng(case).integers(0, 256, rows * cols * item, dtype=np.uint8)
+    src = from_numpy(host.view(dtype).reshape(rows, cols))
+    dst = empty((rows, cols), dtype)
+    DeviceArray.from_pointer(dst.ptr, (dst.nbytes,), "uint8", owner=dst).fill(0xA5)
+    load = TensorMap.tiled(src, box=(box_h, box_w), swizzle=swizzle)
+    store = TensorMap.tiled(dst, box=(box_h, box_w), swizzle=swizzle)
+    grid = (-(-cols // box_w), -(-rows // box_h))
+    k[grid, 32, load.box_bytes + 1024](load, store, box_w, box_h, load.box_bytes)
+    got = dst.to_numpy().view(np.uint8).reshape(-1)
+    bad = np.flatnonzero(got != host)
+    print(f"{variant} case {case} {CASES[case]} box_bytes={load.box_bytes} static={k.function.static_smem}: "
+          + ("OK" if bad.size == 0 else f"MISMATCH {bad.size} bytes, first {bad[:4]}"), flush=True)
+
+
+def encode():
+    """The driver's verdict on descriptors, bypassing pkptx's validation, next to pkptx's verdict."""
+    from pkptx.launch import Device, empty
+    from pkptx.launch.tensormap import TiledSpec, _encode, _tma_type, describe_tiled
+    from pkptx.errors import PkptxError
+    Device(0).set_current()
+    buf = empty(1 << 22, "uint8")
+    p = buf.ptr
+    # (label, dtype, numpy shape, numpy strides (bytes), box (numpy order), estr, swizzle, interleave, oob, ptr)
+    rows = [
+        ("baseline f32 64x64 box 8x16", "float32", (64, 64), (256, 4), (8, 16), None, None, None, "none", p),
+        ("u8 box inner 16B, swizzle 128", "uint8", (8, 256), (256, 1), (4, 16), None, 128, None, "none", p),
+        ("u8 box inner 16B, swizzle 32", "uint8", (8, 256), (256, 1), (4, 16), None, 32, None, "none", p),
+        ("u8 1x16 box 1x16", "uint8", (1, 16), (16, 1), (1, 16), None, None, None, "none", p),
+        ("box inner 8B (f16 x4)", "float16", (8, 64), (128, 2), (4, 4), None, None, None, "none", p),
+        ("row stride 16 < row bytes 256 (overlap)", "float32", (4, 64), (16, 4), (4, 16), None, None, None, "none", p),
+        ("rank 3 outer strides not nested", "float32", (4, 8, 16), (64, 256, 4), (2, 2, 16), None, None, None, "none", p),
+        ("rank 1 tiled", "float32", (1000,), (4,), (16,), None, None, None, "none", p),
+        ("f64 box inner 2048B no swizzle", "float64", (4, 256), (2048, 8), (2, 256), None, None, None, "none", p),
+        ("box 256x256 f32 (256 KB)", "float32", (256, 256), (1024, 4), (256, 256), None, None, None, "none", p),
+        ("estride 8 > box 4", "float32", (64, 64), (256, 4), (4, 16), (8, 1), None, None, "none", p),
+        ("interleave 16 rank 3", "float32", (4, 8, 16), (512, 64, 4), (2, 4, 4), None, None, 16, "none", p),
+        ("interleave 32 swizzle 64", "float32", (4, 8, 16), (512, 64, 4), (2, 4, 8), None, 64, 32, "none", p),
+        ("interleave 16 swizzle 128", "float32", (4, 8, 16), (512, 64, 4), (2, 4, 4), None, 128, 16, "none", p),
+        ("interleave 32 swizzle 32", "float32", (4, 8, 16), (512, 64, 4), (2, 4, 8), None, 32, 32, "none", p),
+        ("interleave 16 rank 3 box inner 4B", "float32", (4, 8, 16), (512, 64, 4), (2, 4, 1), None, None, 16, "none", p),
+        ("oob nan on int32", "int32", (64, 64), (256, 4), (8, 16), None, None, None, "nan", p),
+        ("ptr 16-aligned not 32, interleave 32", "float32", (4, 8, 16), (512, 64, 4), (2, 4, 8), None, 32, 32, "none", p + 16),
+        ("dim 2**32", "uint8", (1, 2**32), (2**32, 1), (1, 16), None, None, None, "none", p),
+        ("stride 2**40 - 16", "uint8", (2, 16), (2**40 - 16, 1), (1, 16), None, None, None, "none", p),
+        ("swizzle 64, inner 64B, box rows 256", "float16", (512, 32), (64, 2), (256, 32), None, 64, None, "none", p),
+        ("swizzle 128, inner 128B f32 box 32", "float32", (64, 32), (128, 4), (8, 32), None, 128, None, "none", p),
+    ]
+    for label, dtype, shape, strides, box, estr, swz, ilv, oob, ptr in rows:
+        try:
+            describe_tiled(ptr, dtype, shape, strides, box, estr, swizzle=swz, interleave=ilv, oob_fill=oob)
+            ours = "accepts"
+        except PkptxError as exc:
+            ours = f"rejects ({str(exc)[:70]})"
+        dt = np.dtype(dtype)
+        rank = len(shape)
+        spec = TiledSpec(ptr, dt, _tma_type(dt) if dtype != "int32" else "INT32", tuple(shape[::-1]),
+                         tuple(strides[-2::-1]), tuple(box[::-1]), tuple((estr or (1,) * rank)[::-1]), swz, ilv,
+                         None, oob)
+        try:
+            _encode(spec)
+            drv = "accepts"
+        except Exception as exc:
+            drv = f"rejects ({type(exc).__name__}: {str(exc)[:60]})"
+        flag = "" if (ours == "accepts") == (drv == "accepts") else "   <== DIFFERS"
+        print(f"{label:42s} driver {drv:48s} pkptx {ours}{flag}", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "layout":
+        layout()
+    elif sys.argv[1] == "tma":
+        tma(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "all":
+        for variant in ("raw1024", "raw16", "builder"):
+            for case in range(len(CASES)):
+                p = subprocess.run([sys.executable, __file__, "tma", variant, str(case)], capture_output=True,
+                                   text=True, timeout=60)
+                out = (p.stdout + p.stderr).strip().splitlines()
+                print(f"[rc={p.returncode}]", out[-1] if out else "", flush=True)
+    elif sys.argv[1] == "encode":
+        encode()

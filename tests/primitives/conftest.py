@@ -1,0 +1,38 @@
+"""Fixtures for the primitive tests: the shared GPU fixture (tests/helpers/gpu.py) and MPI program runs.
+
+CPU tests need neither. GPU tests take ``gpu`` (or ``mpi_run``, which takes it), so they skip with the
+probe's reason (driver library missing, cuInit failing, no device) when no CUDA GPU answers.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.gpu import gpu  # noqa: F401  (the shared GPU fixture: skips with the probe's reason)
+
+HERE = Path(__file__).resolve().parent
+PROGRAMS = HERE / "programs"
+for path in (PROGRAMS, HERE.parent / "launch"):     # prim_kernels / harness, and mpi_programs.launcher
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+# Every program runs the unicast forms on GPU 0, whatever the caller's environment says.
+PROGRAM_ENV = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="session")
+def mpi_run(gpu):
+    """``mpi_run(ranks, program, *args, env=..., timeout=...)`` -> (CompletedProcess, results by rank),
+    a program of tests/primitives/programs under the MPI launcher at hand (skips without one)."""
+    from mpi_programs import launcher
+    if launcher.find_launcher() is None:
+        pytest.skip("no mpiexec/mpirun to start the ranks")
+
+    def run(ranks: int, program: str, *args: str, env: dict | None = None, timeout: float = 300):
+        rel = os.path.relpath(PROGRAMS / program, launcher.PROGRAMS)
+        return launcher.run(ranks, rel, *args, env={**PROGRAM_ENV, **(env or {})}, timeout=timeout,
+                            survive_dead_ranks=True)
+    return run
