@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import statistics
 import subprocess
 import sys
@@ -69,7 +70,10 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 
 def git_commit() -> str:
-    """The checkout's commit (read-only git calls), with '+dirty' for uncommitted changes."""
+    """The checkout's commit (read-only git calls), with '+dirty' for uncommitted changes; on a machine
+    that received the tree without its history, PKPTX_COMMIT names it."""
+    if os.environ.get("PKPTX_COMMIT"):
+        return os.environ["PKPTX_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -180,11 +180,80 @@ if __name__ == "__main__":
     elif sys.argv[1] == "tma":
         tma(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1] == "all":
-        for variant in ("raw1024", "raw16", "builder"):
-            for case in range(len(CASES)):
+        for spec in sys.argv[2:]:
+            variant, cases = spec.split(":")
+            for case in map(int, cases.split(",")):
                 p = subprocess.run([sys.executable, __file__, "tma", variant, str(case)], capture_output=True,
                                    text=True, timeout=60)
                 out = (p.stdout + p.stderr).strip().splitlines()
                 print(f"[rc={p.returncode}]", out[-1] if out else "", flush=True)
     elif sys.argv[1] == "encode":
         encode()
+    elif sys.argv[1] == "footprint":
+        footprint()
+
+
+def footprint():
+    """Which shared bytes a TMA box load writes (window poisoned with 0xA5 first), and whether the
+    mbarrier completes with expect_tx(box_bytes); then round trips with a large slack."""
+    from pkptx.isa import Kernel, Param, address, b8, b32, u32, u64
+    from pkptx.launch import DeviceArray, Device, Kernel as Loaded, TensorMap, empty, from_numpy
+    sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
+    from tests.launch import kernels as K
+    dev = Device(0).set_current()
+    k = Kernel("footprint", [Param("src_map", b8, 128, 64), Param("box_bytes", u32), Param("span", u32),
+                             Param("out", u64, pointer=True)], req_threads=128)
+    b = k.builder()
+    tid = b.special("tid.x")
+    bar = b.mov(u32, k.shared("bar", 8, align=8), name="bar")
+    window = b.mov(u32, k.dynamic_shared("window", align=16), name="window")
+    tile = b.and_(b32, b.add(u32, window, 1023), -1024 & 0xFFFFFFFF, name="tile")
+    span = b.load_param("span")
+    for i in b.range(tid, b.shr(u32, span, 2), 128, name="fill"):
+        b.st(u32, address(b.mad(u32, i, 4, tile, mode="lo")), 0xA5A5A5A5, space="shared")
+    b.fence_proxy_async("shared::cta")
+    b.bar_sync(0)
+    out = b.cvta(u64, "global", b.load_param("out"), to=True, name="outg")
+    with b.if_then(b.setp("eq", u32, tid, 0)):
+        b.mbarrier_init(address(bar), 1)
+        b.fence_mbarrier_init()
+        b.mbarrier_arrive_expect_tx(address(bar), b.load_param("box_bytes"))
+        from pkptx.primitives.tma import tensor_map_param
+        b.tensor_load(address(tile), tensor_map_param(b, "src_map"), (0, 0), address(bar))
+        cnt = b.mov(u32, 0, name="cnt")
+        with b.loop("spin") as lp:
+            lp.break_if(b.mbarrier_try_wait(address(bar), 0, parity=True, name="d"))
+            b.add(u32, cnt, 1, into=cnt)
+            lp.break_if(b.setp("ge", u32, cnt, 20000))
+        flag = b.selp(u32, 1, 0, b.mbarrier_test_wait(address(bar), 0, parity=True))
+        b.st(u32, address(out), flag, space="global")
+    b.bar_sync(0)
+    for i in b.range(tid, b.shr(u32, span, 2), 128, name="copy"):
+        v = b.ld(u32, address(b.mad(u32, i, 4, tile, mode="lo")), space="shared")
+        b.st(u32, address(b.mad(u64, b.cvt(u64, u32, i), 4, out, mode="lo"), 4), v, space="global")
+    b.ret()
+    lk = Loaded.load(k.compile(), dev)
+    rt = Loaded.load(K.tma_copy_2d().compile(), dev)
+    for dtype, rows, cols, box_h, box_w, swz in [("float32", 64, 64, 8, 16, None), ("bfloat16", 64, 64, 8, 64, 128),
+            ("uint8", 5, 48, 3, 16, 128), ("float16", 100, 96, 37, 8, 32), ("uint8", 7, 256, 5, 32, 64),
+            ("uint8", 16, 256, 4, 64, 128), ("float32", 64, 64, 3, 8, 64), ("uint8", 64, 64, 9, 16, 32)]:
+        item = np.dtype(dtype).itemsize
+        host = (np.arange(rows * cols * item) % 113 + 1).astype(np.uint8)
+        src = from_numpy(host.view(dtype).reshape(rows, cols))
+        tm = TensorMap.tiled(src, box=(box_h, box_w), swizzle=swz)
+        span = 32768
+        o = empty(span // 4 + 1, "uint32")
+        lk[1, 128, span + 1024](tm, tm.box_bytes, span, o)
+        got = o.to_numpy()
+        data = got[1:].view(np.uint8)
+        touched = np.flatnonzero(data != 0xA5)
+        last = int(touched[-1]) + 1 if touched.size else 0
+        dst = empty((rows, cols), dtype)
+        DeviceArray.from_pointer(dst.ptr, (dst.nbytes,), "uint8", owner=dst).fill(0xA5)
+        st = TensorMap.tiled(dst, box=(box_h, box_w), swizzle=swz)
+        grid = (-(-cols // box_w), -(-rows // box_h))
+        rt[grid, 32, tm.box_bytes + 1024 + 65536](tm, st, box_w, box_h, tm.box_bytes)
+        ok = np.array_equal(dst.to_numpy().view(np.uint8).reshape(-1), host)
+        print(f"{dtype} box {box_h}x{box_w} ({box_w * item} B rows) swizzle {swz}: box_bytes={tm.box_bytes} "
+              f"bytes written={touched.size} last byte written={last} mbarrier complete={bool(got[0])} "
+              f"round trip with 64 KB slack {'OK' if ok else 'WRONG'}", flush=True)

@@ -3,7 +3,8 @@ benchmarks, then one short table. Run from the checkout on the GPU machine:
 
     PKPTX_DISABLE_MULTICAST=1 python3 tools/gpu_check.py [--quick] [--only tests|bench]
 
-Benchmarks append to bench/RESULTS.md (and copy it to $OUT when that is set, so the results come back).
+Each step has its own time limit, so one stuck step cannot eat the whole lease. Benchmarks append to
+bench/RESULTS.md (copied to $OUT when that is set, so the results come back).
 """
 from __future__ import annotations
 
@@ -17,7 +18,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHES = ["bench/bench_launch.py", "bench/bench_gemm.py"]
+TEST_GROUPS = [("launch", "tests/launch", 150), ("gemm", "tests/templates/test_gemm_gpu.py", 90),
+               ("collectives", "tests/templates/test_collectives_gpu.py", 240),
+               ("fused", "tests/templates/test_fused_gpu.py", 150), ("primitives", "tests/primitives", 200)]
+
+
+def mpirun(ranks: int) -> list[str]:
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return ["mpirun", *root, "--oversubscribe", "-n", str(ranks), "-x", "PYTHONPATH", "-x", "PKPTX_DISABLE_MULTICAST"]
+
+
+def benches(quick: bool) -> list[tuple[str, list[str], int]]:
+    q = ["--quick"] if quick else []
+    return [("bench_launch", [sys.executable, "bench/bench_launch.py", "--record", *q], 150),
+            ("bench_gemm", [sys.executable, "bench/bench_gemm.py", "--record", *q], 150),
+            ("bench_tma", [sys.executable, "bench/bench_tma.py", "--record", *q], 100),
+            ("bench_collectives -n 4", [*mpirun(4), sys.executable, "bench/bench_collectives.py", "--record",
+                                        "--max-bytes", str(1 << (24 if quick else 28))], 200)]
 
 
 def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, str, float]:
@@ -27,14 +44,15 @@ def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, str, float]:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         out, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
-        out, rc = f"{exc.stdout or ''}{exc.stderr or ''}\nTIMEOUT after {timeout} s", 124
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        out, rc = out + f"\nTIMEOUT after {timeout} s", 124
     log.write_text(out)
     return rc, out, time.time() - t0
 
 
 def pytest_summary(out: str) -> str:
-    lines = [l for l in out.splitlines() if re.search(r"\d+ (passed|failed|error|skipped)", l)]
-    return lines[-1].strip("= ") if lines else "no summary"
+    lines = [l for l in out.splitlines() if re.search(r"\d+ (passed|failed|error|skipped|deselected)", l)]
+    return lines[-1].strip("= ") if lines else out.strip().splitlines()[-1][:100] if out.strip() else "no output"
 
 
 def main() -> int:
@@ -49,15 +67,16 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     if args.only != "bench":
-        rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                             "tests"], out_dir / "pytest_gpu.log", 1200)
-        rows.append(("pytest -m gpu", "ok" if rc == 0 else f"rc={rc}", pytest_summary(out), secs))
+        for name, path, limit in TEST_GROUPS:
+            rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
+                                 path], out_dir / f"test_{name}.log", limit)
+            rows.append((f"tests {name}", "ok" if rc == 0 else f"rc={rc}", pytest_summary(out), secs))
     if args.only != "tests":
-        for bench in BENCHES:
-            cmd = [sys.executable, bench, "--record"] + (["--quick"] if args.quick else [])
-            rc, out, secs = run(cmd, out_dir / (Path(bench).stem + ".log"), 900)
-            ratios = re.findall(r"\|\s*([0-9.]+)\s*\|\s*$", out, flags=re.M)
-            rows.append((bench, "ok" if rc == 0 else f"rc={rc}", "ratios " + " ".join(ratios[-8:]), secs))
+        for name, cmd, limit in benches(args.quick):
+            rc, out, secs = run(cmd, out_dir / f"{name.split()[0]}.log", limit)
+            ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
+            rows.append((name, "ok" if rc == 0 else f"rc={rc}", ("last column " + " ".join(ratios[-6:]))
+                         if ratios else out.strip().splitlines()[-1][:90] if out.strip() else "", secs))
     if (ROOT / "bench" / "RESULTS.md").exists() and "OUT" in os.environ:
         shutil.copy(ROOT / "bench" / "RESULTS.md", out_dir / "RESULTS.md")
     print("\n| step | status | result | seconds |\n|---|---|---|---|")

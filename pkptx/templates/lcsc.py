@@ -64,6 +64,11 @@ class Ctx:
             self._params[name] = self.b.load_param(name)
         return self._params[name]
 
+    def branch(self, **changes) -> "Ctx":
+        """A copy for code on one control-flow path: what it loads or lets stays on that path (a
+        register loaded on one path and read on another would be read uninitialised)."""
+        return Ctx(**{**self.__dict__, "_params": dict(self._params), **changes})
+
     def let(self, **values: Reg) -> None:
         """Name registers computed once (e.g. in ``comm_tasks``) for the role functions to read."""
         self._params.update(values)
@@ -135,15 +140,17 @@ class Template:
         with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
             with comm_arm:
                 if communicator is not None:
+                    cctx = ctx.branch()
                     worker = b.sub(u32, block, first_comm, name="comm_worker")
-                    stride = ctx.param("num_comm_sms")
+                    stride = cctx.param("num_comm_sms")
                     if rank_major_comm:
-                        worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
-                        stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
-                    self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
+                        worker = b.mad(u32, worker, cctx.world, cctx.rank, mode="lo", name="comm_first")
+                        stride = b.mul(u32, stride, cctx.world, mode="lo", name="comm_stride")
+                    self._walk(cctx, worker, stride, comm_tasks(cctx), communicator, cctx.tid, self.threads)
             with compute_arm:
                 if has_compute:
-                    self._compute(ctx, block, first_comm, num_tasks(ctx), loader, consumer, storer)
+                    pctx = ctx.branch()
+                    self._compute(pctx, block, first_comm, num_tasks(pctx), loader, consumer, storer)
         b.bar_sync(0)
         if epilogue:
             epilogue(ctx)
@@ -180,8 +187,7 @@ class Template:
         """``for task in range(first, num_tasks, stride): role(ctx, task)`` with register bounds."""
         b = ctx.b
         task = b.mov(u32, first, name="task")
-        sub = Ctx(**{**ctx.__dict__, "role_tid": role_tid, "role_threads": role_threads,
-                     "_params": dict(ctx._params)})      # loads inside one role stay in that role
+        sub = ctx.branch(role_tid=role_tid, role_threads=role_threads)
         with b.loop("tasks") as lp:
             lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
             role(sub, task)

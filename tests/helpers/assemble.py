@@ -34,7 +34,7 @@ class Sandbox:
     Attributes: ``k`` the kernel, ``b`` its builder, ``gptr`` a 64-bit global address register,
     ``mc`` a 64-bit multicast address register, ``smem`` a 32-bit shared address register of a
     4 KiB buffer, ``smem_sym`` the buffer's symbol, ``bar`` a 32-bit mbarrier address register,
-    ``tmap`` the tensor map's address register, ``policy`` a ``createpolicy`` cache policy.
+    ``tmap`` the tensor map's generic address, ``policy`` a ``createpolicy`` cache policy.
     """
 
     def __init__(self, name: str = "sandbox", *, target: str | None = None, ptx_version=None,
@@ -51,7 +51,7 @@ class Sandbox:
         self.smem = b.mov(u32, self.smem_sym, name="smem")
         self.bar = b.mov(u32, self.bar_sym, name="bar")
         self.smem64 = b.cvta(u64, "shared", self.bar_sym, name="smem_generic")
-        self.tmap = b.param_address("tmap")
+        self.tmap = b.cvta(u64, "param", b.param_address("tmap"), name="tmap")   # TMA wants it generic
         self.policy = b.createpolicy("L2::evict_last", fraction=1.0)
         for ty in ALL_REG:
             if ty.name not in self._regs:

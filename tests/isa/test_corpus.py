@@ -35,7 +35,8 @@ def tma_tile_copy() -> Kernel:
     b = k.builder()
     tile = k.shared("tile", 64 * 64 * 2, align=128)
     bar = k.shared("full", 8, align=8)
-    src, dst = b.param_address("src"), b.param_address("dst")
+    # TMA takes the generic address of a by-value tensor-map parameter: mov + cvta.param
+    src, dst = (b.cvta(u64, "param", b.param_address(p), name=f"{p}_map") for p in ("src", "dst"))
     x = b.mul(u32, b.special("ctaid.x"), 64, mode="lo", name="x")
     leader = b.elect(name="leader")
     with b.if_then(leader):

@@ -22,7 +22,7 @@ def test_collective_matches_numpy(gpu, collective, ranks):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
     env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0",
-           "PKPTX_EXAMPLES": "30" if ranks <= 2 else "15"}
+           "PKPTX_EXAMPLES": "12" if ranks <= 2 else "6"}
     proc, results = launcher.run(ranks, "../../templates/programs/collectives_program.py", collective, env=env,
                                  timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -131,9 +131,26 @@ class Case:
             self.errors.append(f"{what}: {json.dumps(detail, default=str)[:1500]}")
 
     def close(self) -> None:
-        self.meet("case done")
+        """Every rank meets; if any rank's CUDA context is gone (a sticky error), all stop the section."""
+        lost = None
+        if self.errors:
+            try:
+                self.env.device.synchronize()
+            except Exception as exc:        # every later CUDA call of that process would fail too
+                lost = f"rank {self.env.rank}: {exc}"
+        try:
+            gone = [x for x in self.env.world.allgather(lost, what=f"{self.section}: case done") if x]
+        except Exception:
+            self.errors.append(f"barrier 'case done': {traceback.format_exc()[-800:]}")
+            gone = [lost] if lost else []
         if self.errors:
             self.failures.append(dict(self.params, errors=self.errors))
+        if gone:
+            raise ContextLost(f"the CUDA context is gone after case {self.params}: {gone}")
+
+
+class ContextLost(RuntimeError):
+    """A kernel broke the CUDA context; the section stops at the case that did it."""
 
 
 def section(env: Env, name: str, body) -> None:
@@ -143,8 +160,9 @@ def section(env: Env, name: str, body) -> None:
     start = time.monotonic()
     try:
         body(cases, failures)
-    except Exception:
-        failures.append(dict(error=traceback.format_exc()[-3000:]))
+    except Exception as exc:
+        lost = exc if isinstance(exc, ContextLost) else getattr(exc, "__cause__", None)
+        failures.append(dict(error=str(lost) if isinstance(lost, ContextLost) else traceback.format_exc()[-3000:]))
     report(env.rank, name, cases=len(cases), failures=failures[:20], seconds=round(time.monotonic() - start, 2))
 
 

@@ -175,6 +175,7 @@ def bulk(reduce_op: str | None, ty: str, target: str | None = None) -> Kernel:
     tid = b.special("tid.x")
     leader = b.setp("eq", u32, tid, 0, name="leader")
     StageRing(bar, 1).init(b, 1, leader=leader)
+    b.bar_sync(0)                               # the init is visible to the warp (StageRing.init's contract)
     with b.if_then(leader):
         src, dst = SRC.bind(b), DST.bind(b)
         nbytes = b.load_param("nbytes")
