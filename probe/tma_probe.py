@@ -189,8 +189,7 @@ if __name__ == "__main__":
                 print(f"[rc={p.returncode}]", out[-1] if out else "", flush=True)
     elif sys.argv[1] == "encode":
         encode()
-    elif sys.argv[1] == "footprint":
-        footprint()
+
 
 
 def footprint():
@@ -257,3 +256,44 @@ def footprint():
         print(f"{dtype} box {box_h}x{box_w} ({box_w * item} B rows) swizzle {swz}: box_bytes={tm.box_bytes} "
               f"bytes written={touched.size} last byte written={last} mbarrier complete={bool(got[0])} "
               f"round trip with 64 KB slack {'OK' if ok else 'WRONG'}", flush=True)
+
+
+if __name__ == "__main__" and sys.argv[1] == "footprint":
+    footprint()
+
+
+def scan():
+    """Driver verdicts at the edges: rank-1 maps, the largest box, interleaved inner boxes."""
+    from pkptx.launch import Device, empty
+    from pkptx.launch.tensormap import TiledSpec, _encode, _tma_type
+    Device(0).set_current()
+    buf = empty(1 << 24, "uint8")
+
+    def drv(dtype, dims, strides, box, ilv=None, swz=None):
+        dt = np.dtype(dtype)
+        try:
+            _encode(TiledSpec(buf.ptr, dt, _tma_type(dt), dims, strides, box, (1,) * len(dims), swz, ilv, None, "none"))
+            return True
+        except Exception:
+            return False
+    print("rank 1 f32 dims 1000 box 16:", drv("float32", (1000,), (), (16,)), flush=True)
+    print("rank 1 u8 dims 4096 box 256:", drv("uint8", (4096,), (), (256,)), flush=True)
+    for dtype, rows in (("float32", 256), ("float64", 256), ("float64", 128), ("uint8", 256), ("float16", 256)):
+        item = np.dtype(dtype).itemsize
+        ok = [w for w in range(16 // item, 257, 16 // item)
+              if drv(dtype, (256, 256), (256 * item,), (w, rows))]
+        bad = [w for w in range(16 // item, 257, 16 // item) if w not in ok]
+        print(f"{dtype} rows {rows}: widths accepted up to {max(ok) if ok else None} "
+              f"({max(ok) * rows * item if ok else 0} B), first rejected {bad[:1]} "
+              f"({bad[0] * rows * item if bad else '-'} B)", flush=True)
+    for ilv in (16, 32):
+        for swz in ((None, 32) if ilv == 16 else (32,)):
+            verdict = {w: drv("float32", (64, 8, 4), (256, 2048), (w, 4, 2), ilv=ilv, swz=swz) for w in (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)}
+            print(f"interleave {ilv} swizzle {swz}: f32 inner widths accepted {[w for w, v in verdict.items() if v]}", flush=True)
+            verdict = {w: drv("uint8", (256, 8, 4), (256, 2048), (w, 4, 2), ilv=ilv, swz=swz) for w in (8, 16, 24, 32, 48, 64, 128, 256)}
+            print(f"interleave {ilv} swizzle {swz}: u8 inner widths accepted {[w for w, v in verdict.items() if v]}", flush=True)
+
+
+if __name__ == "__main__" and sys.argv[1] == "scan":
+    scan()
+

@@ -64,6 +64,28 @@ class TiledSpec:
             n *= b if ignored else -(-b // e)
         return n
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one innermost row of the box (interleaved maps: the interleave span)."""
+        if self.interleave is not None:
+            return self.interleave
+        return self.box[0] * self.dtype.itemsize
+
+    @property
+    def smem_bytes(self) -> int:
+        """Bytes of shared memory one box occupies, from the (suitably aligned) tile address on.
+
+        Without swizzle this is :attr:`box_bytes`. With a swizzle, TMA lays every innermost row out
+        at the swizzle span's pitch, so a row narrower than the span still takes the whole span
+        (measured on an H200: a 3 x 16-byte box with 128-byte swizzle writes its 48 bytes across
+        the first 304 bytes of the tile). Size the tile from this, the transaction count from
+        :attr:`box_bytes`.
+        """
+        if self.swizzle is None:
+            return self.box_bytes
+        rows = self.box_bytes // self.row_bytes
+        return rows * max(self.swizzle, self.row_bytes)
+
 
 def _ints(value, what: str, rank: int | None = None) -> tuple[int, ...]:
     vals = tuple(value) if isinstance(value, (tuple, list)) else (value,)
@@ -179,7 +201,13 @@ class TensorMap:
 
     @property
     def box_bytes(self) -> int:
+        """The mbarrier transaction count of one box load (see :attr:`TiledSpec.box_bytes`)."""
         return self.spec.box_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory one box occupies, swizzle padding included (see :attr:`TiledSpec.smem_bytes`)."""
+        return self.spec.smem_bytes
 
 
 def _encode(spec: TiledSpec) -> bytes:
@@ -191,7 +219,8 @@ def _encode(spec: TiledSpec) -> bytes:
     oob = "NONE" if spec.oob_fill == "none" else "NAN_REQUEST_ZERO_FMA"
     tmap = call("cuTensorMapEncodeTiled",
                 getattr(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + spec.data_type), rank, spec.ptr,
-                [cu.cuuint64_t(d) for d in spec.dims], [cu.cuuint64_t(s) for s in spec.strides],
+                [cu.cuuint64_t(d) for d in spec.dims],
+                [cu.cuuint64_t(s) for s in spec.strides or (0,)],     # rank 1: a valid (unused) array, not NULL
                 [cu.cuuint32_t(b) for b in spec.box], [cu.cuuint32_t(e) for e in spec.element_strides],
                 getattr(cu.CUtensorMapInterleave, "CU_TENSOR_MAP_INTERLEAVE_" + ilv),
                 getattr(cu.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + swz),

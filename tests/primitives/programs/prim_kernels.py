@@ -32,6 +32,7 @@ RING_CONSUMERS = 128
 SMEM_SLACK = 128                 # the dynamic window is aligned up to 128 bytes at run time
 MAX_CHUNK = 4096                 # bytes per stage of the stage-ring kernel
 MAX_ROUNDS = 64                  # data slots per block of the ring kernel
+TMAP = 128                       # bytes of one tensor map in a table
 TILE_OPS = (None, "add", "min", "max")
 RING_FORMS = ("peer", "all", "barrier")
 
@@ -60,6 +61,23 @@ def copy_vectors(b, *, src, dst, nbytes, tid, threads: int, src_space: str, dst_
         b.st(b32, at(dst), v, space=dst_space)
 
 
+def acquire_maps(b, table, ranks) -> None:
+    """``fence.proxy.tensormap::generic.acquire.sys [table + 128*r], 128`` for each rank r: makes the
+    host-written tensor maps of a global-memory table visible to the TMA unit (the tensormap proxy)
+    before a ``cp.async.bulk.tensor`` reads them. ``ranks``: a Python list or a register bound
+    (every rank below it)."""
+    def one(r):
+        at = b.add(u64, table, TMAP * r) if isinstance(r, int) else b.mad(u64, b.cvt(u64, u32, r), TMAP, table,
+                                                                         mode="lo", name="tmap_at")
+        b.fence_proxy_tensormap_acquire(address(at), "sys")
+    if isinstance(ranks, (list, tuple)):
+        for r in ranks:
+            one(r)
+    else:
+        for r in b.range(0, ranks, name="map"):
+            one(r)
+
+
 def _coords(b, dims: int):
     """The tensor coordinates ``c0`` (innermost) .. ``c<dims-1>`` as .s32 registers."""
     return [b.load_param(f"c{i}") for i in range(dims)]
@@ -75,12 +93,15 @@ def _name(*parts) -> str:
 
 # ------------------------------------------------------------------------------------------ TMA tiles
 @functools.lru_cache(maxsize=None)
-def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool = False,
+def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool = False, fence_maps: bool = True,
                target: str | None = None) -> Kernel:
     """Stage a ``nbytes`` tile from ``src`` in shared memory, then one thread stores it at tile
     coordinates into rank ``dst_rank``'s buffer (``broadcast``: into every rank's, the unicast
     fallback) through the ``dst_tmaps`` table; ``reduce_op`` reduces into the destination instead.
     The thread then waits for the writes themselves (publish_async_writes).
+
+    ``fence_maps``: acquire the table's maps (``fence.proxy.tensormap::generic.acquire``) before storing;
+    without it the TMA unit may read a stale descriptor (seen on an H200: ILLEGAL_INSTRUCTION).
 
     ``notify``: the pk-design 5 protocol inside the kernel. After publishing, the thread signals the
     destination's counter 0 (broadcast: every rank's, signal_all) with release, waits (acquire) for its
@@ -93,7 +114,8 @@ def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool =
         params += ([Param("out", u64, pointer=True), Param("total", u32), Param("base", u32)]
                    + Deadline.params() + DST.params() + FLAGS.params())
     k = Kernel(_name("tile_store", f"{dims}d", reduce_op or "copy", "all" if broadcast else "peer",
-                     "notify" if notify else None), params, req_threads=TILE_THREADS, target=target)
+                     "notify" if notify else None, None if fence_maps else "unfenced"), params,
+               req_threads=TILE_THREADS, target=target)
     b = k.builder()
     tid = b.special("tid.x")
     smem = aligned_window(k, b)
@@ -107,6 +129,8 @@ def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool =
         maps = DST_MAPS.bind(b)
         coords = _coords(b, dims)
         dst_rank = b.load_param("dst_rank")
+        if fence_maps:
+            acquire_maps(b, maps.table, world if broadcast else [dst_rank])
         if broadcast:
             store_async_all(b, maps, coords, smem, world=world, multicast=False, reduce_op=reduce_op)
         else:
@@ -135,12 +159,14 @@ def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool =
 
 
 @functools.lru_cache(maxsize=None)
-def tile_load(dims: int, target: str | None = None) -> Kernel:
+def tile_load(dims: int, fence_maps: bool = True, target: str | None = None) -> Kernel:
     """One thread loads the tile at coordinates of rank ``src_rank``'s buffer (``src_tmaps`` table) into
-    shared memory through an mbarrier; every thread waits on it, then the block writes it to ``out``."""
+    shared memory through an mbarrier; every thread waits on it, then the block writes it to ``out``.
+    ``fence_maps``: as for :func:`tile_store`."""
     params = ([Param("out", u64, pointer=True), Param("nbytes", u32)] + _coord_params(dims)
               + [Param("src_rank", u32)] + WorldParams.params() + SRC_MAPS.params())
-    k = Kernel(_name("tile_load", f"{dims}d"), params, req_threads=TILE_THREADS, target=target)
+    k = Kernel(_name("tile_load", f"{dims}d", None if fence_maps else "unfenced"), params, req_threads=TILE_THREADS,
+               target=target)
     b = k.builder()
     tid = b.special("tid.x")
     smem = aligned_window(k, b)
@@ -151,7 +177,10 @@ def tile_load(dims: int, target: str | None = None) -> Kernel:
     nbytes = b.load_param("nbytes")
     with b.if_then(leader):
         maps = SRC_MAPS.bind(b)
-        load_async(b, maps, b.load_param("src_rank"), _coords(b, dims), smem, bar, nbytes)
+        src_rank = b.load_param("src_rank")
+        if fence_maps:
+            acquire_maps(b, maps.table, [src_rank])
+        load_async(b, maps, src_rank, _coords(b, dims), smem, bar, nbytes)
     wait_parity(b, bar, 0)
     copy_vectors(b, src=smem, dst=b.load_param("out"), nbytes=nbytes, tid=tid, threads=TILE_THREADS,
                  src_space="shared", dst_space="global")
@@ -403,6 +432,7 @@ def catalogue(target: str | None = None):
                     yield (f"tile_store({dims}, {op}, {broadcast}, {notify})",
                            tile_store(dims, op, broadcast, notify, target=target))
         yield f"tile_load({dims})", tile_load(dims, target=target)
+        yield f"tile_load({dims}, unfenced)", tile_load(dims, fence_maps=False, target=target)
     yield "bulk(None)", bulk(None, "b32", target=target)
     for ty in ("bf16", "f16", "f32"):
         for op in ("add", "min", "max"):
