@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_GROUPS = [("launch", "tests/launch", 150), ("gemm", "tests/templates/test_gemm_gpu.py", 90),
-               ("collectives", "tests/templates/test_collectives_gpu.py", 240),
-               ("fused", "tests/templates/test_fused_gpu.py", 150), ("primitives", "tests/primitives", 200)]
+TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 90), ("launch", "tests/launch", 150),
+               ("fused", "tests/templates/test_fused_gpu.py", 150),
+               ("collectives", "tests/templates/test_collectives_gpu.py", 240), ("primitives", "tests/primitives", 200)]
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)
 
 
@@ -76,6 +76,7 @@ def main() -> int:
             rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
                                  path], out_dir / f"test_{name}.log", limit)
             rows.append((f"tests {name}", "ok" if rc == 0 else f"rc={rc}", pytest_summary(out), secs))
+            print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
     if args.only != "tests":
         for name, cmd, limit in benches(args.quick):
             if not pick(name.split()[0]):
@@ -84,6 +85,7 @@ def main() -> int:
             ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
             rows.append((name, "ok" if rc == 0 else f"rc={rc}", ("last column " + " ".join(ratios[-6:]))
                          if ratios else out.strip().splitlines()[-1][:90] if out.strip() else "", secs))
+            print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
     if (ROOT / "bench" / "RESULTS.md").exists() and "OUT" in os.environ:
         shutil.copy(ROOT / "bench" / "RESULTS.md", out_dir / "RESULTS.md")
     print("\n| step | status | result | seconds |\n|---|---|---|---|")
