@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pkptx.isa import Kernel, Param, address, f32, u32, u64  # noqa: E402
-from pkptx.toolchain import assemble, build_cached  # noqa: E402
+from pkptx.toolchain import assemble, build_cached, nvjitlink_version  # noqa: E402
 
 
 def build_kernel(instructions: int = 1000, salt: int = 0) -> Kernel:
@@ -69,20 +69,14 @@ def main() -> int:
     args = parser.parse_args()
     assemble(build_kernel(10).render(), "sm_90", use_cache=False)      # load nvJitLink once
     r = measure()
-    cold = r["emit_ms"] + r["assemble_cold_ms"]
-    lines = [
-        "| step (%d-instruction kernel, median of 5) | ms | goal |" % r["instructions"],
-        "|---|---|---|",
-        f"| emit PTX with the builder | {r['emit_ms']:.1f} | |",
-        f"| assemble, cold cache (nvJitLink) | {r['assemble_cold_ms']:.1f} | |",
-        f"| emit + assemble cold | {cold:.1f} | < 1000 |",
-        f"| assemble the same PTX again (cubin cache) | {r['assemble_cached_ms']:.2f} | |",
-        f"| build_cached: same factory and config again (no emit, no assemble) | {r['build_cached_ms']:.2f} | < 10 |",
-    ]
-    print("\n".join(lines))
-    if args.record:
-        from common_record import record
-        record("build", lines)
+    rows = [["emit PTX with the builder", r["emit_ms"], ""],
+            ["assemble, cold cache (nvJitLink)", r["assemble_cold_ms"], ""],
+            ["emit + assemble cold", r["emit_ms"] + r["assemble_cold_ms"], "< 1000"],
+            ["assemble the same PTX again (cubin cache)", r["assemble_cached_ms"], ""],
+            ["build_cached: same factory and config again (no emit, no assemble)", r["build_cached_ms"], "< 10"]]
+    from common import report
+    report(f"Build and assemble a {r['instructions']}-instruction kernel (no GPU)", ["step", "ms", "goal"], rows,
+           f"Median of 5; nvJitLink {nvjitlink_version()}.", args.record)
     return 0
 
 

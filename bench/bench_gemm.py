@@ -13,7 +13,7 @@ def main() -> None:
     args = parse_args(__doc__)
     import torch
     from pkptx.ops.gemm import choose_config, gemm
-    from pkptx.launch import Stream
+    from pkptx.launch import Device, Stream
     stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
     rows = []
     for m, n, k in SHAPES[:2] if args.quick else SHAPES:
@@ -29,7 +29,8 @@ def main() -> None:
         ours = event_ms(lambda: gemm(a, b, c, stream=stream), stream, repeats=repeats)
         theirs = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=repeats)
         flop = 2 * m * n * k
-        cfg = choose_config(m, n, k, "bf16", "bf16")
+        dev = Device.current()
+        cfg = choose_config(m, n, k, "bf16", "bf16", sm_count=dev.sm_count, smem_limit=dev.smem_per_block_optin)
         rows.append([f"{m}x{n}x{k}", f"{cfg.tile_m}x{cfg.tile_n}/{cfg.stages}", f"{err:.1e}", ours,
                      flop / ours / 1e9, theirs, flop / theirs / 1e9, f"{theirs / ours:.3f}"])
     report("GEMM bf16: pkptx vs cuBLAS (torch.matmul)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def report(title: str, headers: list[str], rows: list[list], notes: str, record:
     if not record:
         return
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    device = Device.current().name
+    device = Device.current().name if Device.available() else f"CPU only ({platform.machine()}, no GPU)"
     with RESULTS.open("a") as f:
         f.write(f"\n## {title}\n{stamp} · {device} · commit {git_commit()} · Python {sys.version.split()[0]}\n\n"
                 f"{text}\n\n{notes}\n")

@@ -20,6 +20,7 @@ INTERLEAVES = (None, 16, 32)
 L2_PROMOTIONS = (None, 64, 128, 256)
 OOB_FILLS = ("none", "nan")
 MAX_RANK, MAX_BOX, MAX_ELEMENT_STRIDE = 5, 256, 8
+MAX_BOX_BYTES = 232448      # 227 KB, a block's opt-in shared memory: the H200 driver refused a 256 KB box
 
 
 class TensorMapError(LaunchError):
@@ -65,26 +66,20 @@ class TiledSpec:
         return n
 
     @property
-    def row_bytes(self) -> int:
-        """Bytes of one innermost row of the box (interleaved maps: the interleave span)."""
-        if self.interleave is not None:
-            return self.interleave
-        return self.box[0] * self.dtype.itemsize
-
-    @property
     def smem_bytes(self) -> int:
         """Bytes of shared memory one box occupies, from the (suitably aligned) tile address on.
 
         Without swizzle this is :attr:`box_bytes`. With a swizzle, TMA lays every innermost row out
         at the swizzle span's pitch, so a row narrower than the span still takes the whole span
         (measured on an H200: a 3 x 16-byte box with 128-byte swizzle writes its 48 bytes across
-        the first 304 bytes of the tile). Size the tile from this, the transaction count from
-        :attr:`box_bytes`.
+        the first 304 bytes of the tile; non-interleaved maps only, interleaved ones are assumed to
+        follow the same rule). Size the tile from this, the transaction count from :attr:`box_bytes`.
         """
         if self.swizzle is None:
             return self.box_bytes
-        rows = self.box_bytes // self.row_bytes
-        return rows * max(self.swizzle, self.row_bytes)
+        first = self.box[0] if self.interleave is None else -(-self.box[0] // self.element_strides[0])
+        row = first * self.dtype.itemsize
+        return self.box_bytes // row * max(self.swizzle, row)
 
 
 def _ints(value, what: str, rank: int | None = None) -> tuple[int, ...]:
@@ -145,7 +140,7 @@ def describe_tiled(ptr: int, dtype, shape, strides_bytes=None, box=None, element
         if not 1 <= b <= MAX_BOX:
             raise TensorMapError(f"TensorMap box[{i}]={b}: expected 1 to {MAX_BOX} elements")
     inner_bytes = box[-1] * item
-    if interleave is None and inner_bytes % 16:
+    if inner_bytes % 16:        # documented without interleave; the driver also refuses it interleaved
         raise TensorMapError(f"TensorMap box[-1]={box[-1]}: the innermost box is {inner_bytes} bytes; "
                              "expected a multiple of 16 bytes")
     if interleave is None and swizzle is not None and inner_bytes > swizzle:
@@ -154,6 +149,12 @@ def describe_tiled(ptr: int, dtype, shape, strides_bytes=None, box=None, element
     for i, e in enumerate(estr):
         if not 1 <= e <= MAX_ELEMENT_STRIDE:
             raise TensorMapError(f"TensorMap element_strides[{i}]={e}: expected 1 to {MAX_ELEMENT_STRIDE}")
+    box_bytes = item
+    for i, (b, e) in enumerate(zip(box, estr)):
+        box_bytes *= b if i == rank - 1 and interleave is None else -(-b // e)
+    if box_bytes > MAX_BOX_BYTES:
+        raise TensorMapError(f"TensorMap box={box}: one box is {box_bytes} bytes; expected at most "
+                             f"{MAX_BOX_BYTES}, the most shared memory a block can have")
     if interleave is not None and rank < 3:
         raise TensorMapError(f"TensorMap interleave={interleave}: expected a tensor of rank >= 3 "
                              f"(shape has {rank} dimensions)")

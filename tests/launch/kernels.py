@@ -11,7 +11,7 @@ from pkptx.isa import Kernel, Param, address, b8, b32, bf16, f16, f32, f64, s32,
 from pkptx.primitives.mbarrier import wait_parity
 from pkptx.primitives.tma import tensor_map_param
 
-TILE_SLACK = 1024      # tma_copy_2d aligns its tile up to 1024 bytes; launch with box_bytes + TILE_SLACK
+TILE_SLACK = 1024      # tma_copy_2d aligns its tile up to 1024 bytes: launch with smem_bytes + TILE_SLACK
 
 
 def ptr(name: str) -> Param:
@@ -141,11 +141,13 @@ def tma_copy_2d() -> Kernel:
     load completing on an mbarrier (expect_tx, then a try_wait.parity loop), then fence.proxy.async and
     a TMA tensor store in a bulk group, waited to completion.
 
-    The GEMM's working pattern: the dynamic window is declared ``.extern .shared .align 16`` and the tile
-    aligned up to 1024 at run time, so launch with ``box_bytes + TILE_SLACK`` bytes of dynamic shared
-    memory; the mbarrier is a static ``.shared .align 8`` array; the tensor maps are by-value params whose
-    generic address comes from ``cvta.param``. A box is at most 256 x 256 elements of a 16-byte multiple
-    per row; the test keeps box_bytes <= 96 KB.
+    The GEMM's working pattern: the dynamic window is declared ``.extern .shared .align 16`` (the driver
+    starts it right after the static variables, 16-byte aligned, whatever the declared alignment) and the
+    tile is aligned up to 1024 at run time (128-byte swizzle needs it), so launch with
+    ``TensorMap.smem_bytes + TILE_SLACK`` bytes of dynamic shared memory; ``box_bytes`` (the param) is the
+    mbarrier's transaction count, ``smem_bytes`` the tile's footprint, larger when rows are narrower than
+    the swizzle span. The mbarrier is a static ``.shared .align 8`` array; the tensor maps are by-value
+    params whose generic address comes from ``cvta.param``.
     """
     tmap = dict(type=b8, count=128, align=64)
     k = Kernel("tma_copy_2d", [Param("src_map", **tmap), Param("dst_map", **tmap), Param("box_w", u32),

@@ -1,6 +1,7 @@
 """Tensor-map validation (no driver): random requests against a pure-Python model of the rules."""
 from __future__ import annotations
 
+import ctypes
 import re
 
 import numpy as np
@@ -9,6 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pkptx.launch import TensorMapError, describe_tiled
+from pkptx.launch import tensormap
 
 DTYPES = ["uint8", "int8", "float16", "bfloat16", "float32", "int32", "float64", "int64", "float8_e4m3fn"]
 
@@ -29,9 +31,13 @@ def model(ptr, dtype, shape, strides, box, estr, swizzle, interleave, oob) -> li
     bad += [rf"strides_bytes\[{i}\]" for i, s in enumerate(strides[:-1]) if s <= 0 or s % align or s >= 2**40]
     bad += [rf"box\[{i}\]" for i, b in enumerate(box) if not 1 <= b <= 256]
     inner = box[-1] * item
-    if interleave is None and (inner % 16 or (swizzle and inner > swizzle)):
+    if inner % 16 or (interleave is None and swizzle and inner > swizzle):
         bad.append(r"box\[-1\]")
     bad += [rf"element_strides\[{i}\]" for i, e in enumerate(estr) if not 1 <= e <= 8]
+    if all(1 <= e <= 8 for e in estr):
+        counts = [b if i == rank - 1 and interleave is None else -(-b // e) for i, (b, e) in enumerate(zip(box, estr))]
+        if item * int(np.prod(counts, dtype=np.int64)) > 232448:
+            bad.append(r"box=")
     if interleave is not None and rank < 3:
         bad.append(r"interleave=")
     if interleave == 32 and swizzle != 32:
@@ -67,6 +73,8 @@ def requests(draw):
 
 @given(requests())
 @example((0x10000, "float32", (64, 64), (256, 4), (16, 64), (1, 1), 128, None, "none"))   # 256 B > 128 B swizzle
+@example((0x10000, "float32", (4, 8, 16), (512, 64, 4), (2, 4, 1), (1, 1, 1), None, 16, "none"))  # the H200 driver
+@example((0x10000, "float32", (256, 256), (1024, 4), (256, 256), (1, 1), None, None, "none"))     # refuses both
 def test_validation_matches_model(req):
     ptr, dtype, shape, strides, box, estr, swizzle, interleave, oob = req
     bad = model(*req)
@@ -114,3 +122,36 @@ def test_argument_errors(kwargs, fragment):
 
 def test_swizzle_zero_means_none():
     assert describe_tiled(0x1000, "float32", (64, 64), box=(16, 64), swizzle=0).swizzle is None
+
+
+@pytest.mark.parametrize("dtype, box, swizzle, smem", [
+    ("float32", (8, 16), None, 8 * 16 * 4),
+    ("bfloat16", (8, 64), 128, 8 * 128),           # rows as wide as the span: no padding
+    ("uint8", (3, 16), 128, 3 * 128),              # 16-byte rows, 128-byte pitch (H200: bytes 0..303 written)
+    ("float16", (37, 8), 32, 37 * 32),             # H200: bytes 0..1183 written
+    ("uint8", (2, 5, 32), 64, 10 * 64),
+])
+def test_smem_bytes_pad_rows_to_the_swizzle_span(dtype, box, swizzle, smem):
+    spec = describe_tiled(0x1000, dtype, (8, 64, 256)[-len(box):], box=box, swizzle=swizzle)
+    assert spec.box_bytes == int(np.prod(box)) * np.dtype(dtype).itemsize
+    assert spec.smem_bytes == smem
+
+
+def test_rank_1_maps_pass_a_stride_array(monkeypatch):
+    """cuTensorMapEncodeTiled refuses a NULL globalStrides even where rank 1 has no strides to give."""
+    seen = {}
+
+    class Map:
+        def getPtr(self):
+            return ctypes.addressof(buf)
+
+    buf = ctypes.create_string_buffer(128)
+
+    def fake_call(name, *args):
+        seen[name] = args
+        return Map()
+    monkeypatch.setattr(tensormap, "call", fake_call)
+    tensormap._encode(describe_tiled(0x1000, "float32", (1000,), box=(16,)))
+    strides = seen["cuTensorMapEncodeTiled"][4]
+    assert len(strides) == 1
+

@@ -67,7 +67,10 @@ def tiles(draw, world: int, *, store: bool):
             shape.append(draw(st.integers(1, top)))
     while math.prod(shape) * item > BIG and shape[0] > 1:
         shape[0] //= 2
-    coords = [draw(st.integers(-(b // 2), max(0, s - 1))) for b, s in zip(box, shape)]
+    low = (lambda b: 0) if store else (lambda b: -(b // 2))   # TMA stores fault on negative coordinates
+    coords = [draw(st.integers(low(b), max(0, s - 1))) for b, s in zip(box, shape)]
+    step = 16 // item                  # TMA faults (ILLEGAL_INSTRUCTION) unless c0 * item is a multiple of 16
+    coords[-1] -= coords[-1] % step
     return dict(dtype=dtype, op=op, dims=dims, box=tuple(box), shape=tuple(shape), coords=tuple(coords),
                 broadcast=broadcast, notify=draw(st.booleans()) if store else False,
                 shift=draw(st.integers(0, world - 1)), seed=draw(st.integers(0, 2**31)))
