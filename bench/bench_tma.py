@@ -8,19 +8,18 @@
 Every copy is checked (destination poisoned, one run, bytes compared) before it is timed. Each figure is
 the median of CUDA-event timings of a CUDA graph of ``BATCH`` back-to-back copies, divided by ``BATCH``,
 so the host's launch cost (several microseconds from Python) does not hide the device time of small
-copies; ``--no-graph`` times single launches instead. GB/s counts the bytes copied (not read + written).
+copies. GB/s counts the bytes copied (not read + written).
 
-    python bench/bench_tma.py [--record] [--quick] [--no-graph]
+    python bench/bench_tma.py [--record] [--quick]
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
 import common  # noqa: F401  (puts the checkout on sys.path)
-from common import event_ms, report
+from common import event_ms, parse_args, report
 
 from pkptx.isa import Kernel, Param, address, b32, u32, u64
 from pkptx.launch import Device, Kernel as Loaded, Stream, capture, empty, from_numpy
@@ -98,10 +97,8 @@ def verify(name: str, fn, dst, src_host: np.ndarray, stream: Stream) -> None:
         raise SystemExit(f"{name}: the copy of {n} bytes is wrong ({where}); not timing it")
 
 
-def timed(fn, stream: Stream, repeats: int, graph: bool) -> float:
-    """Microseconds per copy: median event time of a graph of BATCH copies / BATCH (or one launch)."""
-    if not graph:
-        return event_ms(fn, stream, repeats=repeats, warmup=3) * 1e3
+def timed(fn, stream: Stream, repeats: int) -> float:
+    """Microseconds per copy: median event time of a graph of BATCH copies, divided by BATCH."""
     with capture(stream) as cap:
         for _ in range(BATCH):
             fn()
@@ -109,11 +106,7 @@ def timed(fn, stream: Stream, repeats: int, graph: bool) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
-    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats (a smoke run)")
-    parser.add_argument("--no-graph", action="store_true", help="time single launches, not graphs of copies")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     device = Device(0).set_current()
     stream = Stream(device)
     copies = Copies(device, stream)
@@ -130,15 +123,15 @@ def main() -> None:
         for name, method in (("TMA", copies.tma), ("registers", copies.register), ("copy engine", copies.engine)):
             fn = lambda m=method: m(dst, src, n)  # noqa: E731
             verify(f"{name} {n} B", fn, dst, host, stream)
-            us = timed(fn, stream, repeats, not args.no_graph)
+            us = timed(fn, stream, repeats)
             row += [us, n / us / 1e3]
         cfg = tma_config(n, copies.sms)
         row.insert(1, f"{cfg.chunk}x{min(copies.sms, -(-n // cfg.chunk))}")
         rows.append(row)
-    how = "single launches" if args.no_graph else f"graphs of {BATCH} copies"
     report("Copies on one GPU: TMA (cp.async.bulk) vs registers (ld/st.global.v4) vs copy engine",
            ["bytes", "TMA chunk x CTAs", "TMA us", "TMA GB/s", "reg us", "reg GB/s", "CE us", "CE GB/s"], rows,
-           f"Median of CUDA events over {repeats} repeats of {how} (per copy); GB/s = bytes copied / time. "
+           f"Median of CUDA events over {repeats} repeats of graphs of {BATCH} copies (per copy); "
+           "GB/s = bytes copied / time. "
            "Each copy verified before timing.", args.record)
 
 

@@ -193,20 +193,25 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
     # ---------------------------------------------------------------- structured control flow
     @contextmanager
     def if_then(self, cond, *, uniform: bool = False):
-        """``@!cond bra skip; <body>; skip:``."""
+        """``@!cond bra skip; <body>; skip:``. Registers first written in the body stay local to it."""
         skip = self.new_label("endif")
         self.bra(skip, pred=negate(cond), uniform=uniform)
+        before = self.kernel.defined_snapshot()
         self._depth += 1
         yield
         self._depth -= 1
+        self.kernel.restore_defined(before)
         self.place(skip)
 
     @contextmanager
     def if_else(self, cond, *, uniform: bool = False):
-        """``with b.if_else(p) as (then, otherwise): with then: ...; with otherwise: ...``."""
+        """``with b.if_else(p) as (then, otherwise): with then: ...; with otherwise: ...``.
+        Past the construct, a register counts as written only if it was before or both arms write it."""
         else_label, end_label = self.new_label("else"), self.new_label("endif")
         order = []
         self.bra(else_label, pred=negate(cond), uniform=uniform)
+        before = self.kernel.defined_snapshot()
+        then_defined = []
 
         def enter_then():
             if order:
@@ -215,6 +220,8 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
 
         def leave_then():
             self.bra(end_label, uniform=uniform)
+            then_defined.append(self.kernel.defined_snapshot())
+            self.kernel.restore_defined(before)
             self.place(else_label)
 
         def enter_else():
@@ -229,6 +236,8 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
         self._depth -= 1
         if not order:
             raise PTXBuildError("if_else: the 'then' arm was never entered", _origin_text())
+        both = then_defined[0] & self.kernel.defined_snapshot() if order == ["then", "else"] else frozenset()
+        self.kernel.restore_defined(before | both)
         self.place(end_label)
 
     @contextmanager

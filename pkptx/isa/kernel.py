@@ -145,6 +145,15 @@ class Kernel:
                 raise PTXBuildError(f"{text}: register {r.name} was not declared by this kernel's builder")
         self._defined.update(r.name for r in defs)
 
+    def defined_snapshot(self) -> frozenset:
+        """The registers written so far on the current path (see :meth:`restore_defined`)."""
+        return frozenset(self._defined)
+
+    def restore_defined(self, names) -> None:
+        """Leave a conditional arm: registers first written inside it are not written on every path
+        past it, so a later read of them is a read before write."""
+        self._defined = set(names)
+
     def place_label(self, label, origin) -> None:
         if label.name in self._labels_placed:
             raise PTXBuildError(f"label {label.name} placed twice", str(origin) if origin else None)

@@ -19,11 +19,11 @@ ROUNDS_PER_LAUNCH = 2
 def rank_barrier(ctx: Ctx, round_in_launch: int, *, multicast: bool) -> None:
     """Thread 0 of each block meets every block of every rank; then the block's threads resume."""
     b = ctx.b
+    base = ctx.param("barrier_base")             # loaded on every thread's path: a later call reuses it
     with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="barrier_thread")):
         nblocks = b.special("nctaid.x")
         participants = b.mul(u32, ctx.world, nblocks, mode="lo", name="participants")
-        expected = b.mad(u32, participants, round_in_launch, ctx.param("barrier_base"), mode="lo",
-                         name="expected")
+        expected = b.mad(u32, participants, round_in_launch, base, mode="lo", name="expected")
         barrier(b, ctx.layouts[FLAGS.name], 0, expected, rank=ctx.rank, world=ctx.world, scope="sys",
                 deadline=ctx.deadline, multicast=multicast)
     b.bar_sync(0)

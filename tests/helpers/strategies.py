@@ -2,8 +2,8 @@
 instruction forms.
 
 A program is a list of statements. Operands are drawn as small integers and resolved at emission time
-against the registers defined so far (``Pool``), so every drawn program is well typed and reads only
-registers that some earlier instruction wrote.
+against the registers defined so far on every path (``Pool``; what an if arm writes stays in the arm),
+so every drawn program is well typed and reads only registers that some earlier instruction wrote.
 """
 from __future__ import annotations
 
@@ -266,15 +266,19 @@ def _emit(sb, pool, stmt):
     elif isinstance(stmt, If):
         cond = pool.pick(pred, stmt.cond)
         cond = cond.negated() if stmt.negate else cond
+        saved = {ty: list(regs) for ty, regs in pool.regs.items()}   # what an arm writes stays in it
         if stmt.otherwise is None:
             with b.if_then(cond, uniform=stmt.uniform):
                 _block(sb, pool, stmt.then)
+                pool.regs = {ty: list(regs) for ty, regs in saved.items()}
         else:
             with b.if_else(cond, uniform=stmt.uniform) as (then, otherwise):
                 with then:
                     _block(sb, pool, stmt.then)
+                    pool.regs = {ty: list(regs) for ty, regs in saved.items()}
                 with otherwise:
                     _block(sb, pool, stmt.otherwise)
+                    pool.regs = {ty: list(regs) for ty, regs in saved.items()}
     elif isinstance(stmt, Loop):
         with b.loop() as lp:
             if stmt.continue_first:

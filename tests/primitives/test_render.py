@@ -144,6 +144,8 @@ def test_barrier_is_signal_all_then_an_acquire_wait(index, multicast, scope, tar
     poll = f"ld.acquire.{scope}.global.u32 %r, [%r];"
     assert lines.count(signal_line) == 1 and lines.count(poll) == 1
     assert lines.index(signal_line) < lines.index(poll)
+    between = lines[lines.index(signal_line):lines.index(poll)]
+    assert ("fence.proxy.alias;" in between) == multicast       # multicast add, unicast poll: alias fence
     assert "sub.s32 %r, %r, 12;" in lines and not any(x.startswith("fence.acq_rel") for x in lines)
     sc.assemble()
 
@@ -385,7 +387,8 @@ def test_wait_parity_is_a_try_wait_loop(parity, target):
 # ------------------------------------------------------------------------------------------ layout, deadline
 def test_layout_params_and_peer_lookups():
     lay = ParallelLayout("x")
-    assert [(p.name, p.type.name, p.pointer) for p in lay.params()] == [("x_peers", "u64", True), ("x_mc", "u64", False)]
+    assert [(p.name, p.type.name, p.pointer) for p in lay.params()] == [("x_peers", "u64", True),
+                                                                         ("x_mc", "u64", False)]
     params = add_layout_params([Param("n", u32)], ParallelLayout("a"), ParallelLayout("b"))
     assert [p.name for p in params] == ["n", "rank", "world", "a_peers", "a_mc", "b_peers", "b_mc"]
     assert [p.name for p in WorldParams.params()] == ["rank", "world"]

@@ -250,5 +250,6 @@ def empty_like_bytes(nbytes: int) -> DeviceArray:
 
 
 __all__ = ["Env", "Case", "section", "hyp", "report", "view", "poison", "poison_bytes", "normal", "raw",
-           "first_mismatch", "bound_failure", "poisoned", "tensor_maps", "clip", "combine", "within", "DTYPES", "POISON", "UNIT",
+           "first_mismatch", "bound_failure", "poisoned", "tensor_maps", "clip", "combine", "within", "DTYPES",
+           "POISON", "UNIT",
            "TIMEOUT_NS", "empty", "from_numpy", "empty_like_bytes"]

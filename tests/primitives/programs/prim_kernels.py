@@ -100,8 +100,12 @@ def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool =
     fallback) through the ``dst_tmaps`` table; ``reduce_op`` reduces into the destination instead.
     The thread then waits for the writes themselves (publish_async_writes).
 
-    ``fence_maps``: acquire the table's maps (``fence.proxy.tensormap::generic.acquire``) before storing;
-    without it the TMA unit may read a stale descriptor (seen on an H200: ILLEGAL_INSTRUCTION).
+    ``fence_maps``: acquire the table's maps (``fence.proxy.tensormap::generic.acquire``) before storing,
+    belt and braces (host-written maps need none: the ``tma_unfenced`` section checks that).
+
+    Hardware rules seen on an H200 (a violation is CUDA_ERROR_ILLEGAL_INSTRUCTION, the context is lost):
+    tensor *stores* take no negative coordinate (beyond the far end is clipped; loads zero-fill on both
+    sides); loads need ``c0 * element size`` to be a multiple of 16 bytes (stores: assumed, untested).
 
     ``notify``: the pk-design 5 protocol inside the kernel. After publishing, the thread signals the
     destination's counter 0 (broadcast: every rank's, signal_all) with release, waits (acquire) for its
