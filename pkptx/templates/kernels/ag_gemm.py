@@ -18,7 +18,7 @@ from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ..collective import FLAGS, rank_barrier
-from ..gemm_parts import stage_accumulators, tile_of
+from ..gemm_parts import tile_of
 from . import gemm
 
 A, READY = ParallelLayout("a"), ParallelLayout("ready")
@@ -33,7 +33,7 @@ class Config:
 def build(cfg: Config = Config()):
     g = cfg.gemm
     t = gemm.template(g, f"ag_gemm_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}",
-                      params=(Param("tmap_c", gemm.b8, 128, 64), Param("rows_per_rank", u32),
+                      params=(gemm.C_PARAM, Param("rows_per_rank", u32),
                               Param("row_bytes", u32), Param("epoch", u32), Param("barrier_base", u32)),
                       layouts=(A, READY, FLAGS))
 
@@ -53,14 +53,6 @@ def build(cfg: Config = Config()):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.param("epoch"), sem=Sem.ACQUIRE,
                  scope="sys", deadline=ctx.deadline, flag_id=tm)
             b.fence_proxy_async("global")
-
-    def store(ctx, acc, tm, tn, wg, staging):
-        b = ctx.b
-        tmap_c = gemm.tensor_map_param(b, "tmap_c")
-        row, col = gemm.slab_origin(ctx, g, tm, tn, wg)
-        stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
-                           issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
-                                                                    address(sub)))
 
     def comm_tasks(ctx):
         return ctx.b.div(u32, ctx.param("rows_per_rank"), g.tile_m, name="own_blocks")
@@ -91,7 +83,7 @@ def build(cfg: Config = Config()):
             for peer in b.range(0, ctx.world, name="dst"):
                 signal(b, flag_address(b, ctx.layouts["ready"], peer, tm), 1, sem=Sem.RELEASE, scope="sys")
 
-    parts = gemm.roles(g, store=store, tile=own_rows_first, before_a=await_rows)
+    parts = gemm.roles(g, store=gemm.store_c(g), tile=own_rows_first, before_a=await_rows)
 
     def epilogue(ctx):
         ctx.b.bulk_wait_group(0)

@@ -162,20 +162,25 @@ def slab_origin(ctx, cfg: Config, tm, tn, wg):
             b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
 
 
-def build(cfg: Config = Config()):
-    t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}",
-                 params=(Param("tmap_c", b8, 128, 64),))
-
+def store_c(cfg: Config):
+    """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor."""
     def store(ctx, acc, tm, tn, wg, staging):
-        """TMA-store the slab into C."""
         b = ctx.b
         tmap_c = tensor_map_param(b, "tmap_c")
         row, col = slab_origin(ctx, cfg, tm, tn, wg)
         stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
                            issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
                                                                     address(sub)))
+    return store
 
-    return t.build(**roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+
+C_PARAM = Param("tmap_c", b8, 128, 64)
+
+
+def build(cfg: Config = Config()):
+    t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}",
+                 params=(C_PARAM,))
+    return t.build(**roles(cfg, store=store_c(cfg)), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 
 def reference(a: np.ndarray, b: np.ndarray, b_layout: str = "nk") -> np.ndarray:

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...isa import Param, Sem, address, u32, u64
+from ...isa import Param, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ...primitives.tile import reduce_vector
 from ..collective import FLAGS, rank_barrier
-from ..gemm_parts import stage_accumulators
 from . import gemm
 
 CBUF, DONE = ParallelLayout("c"), ParallelLayout("done")
@@ -33,20 +32,17 @@ class Config:
 def build(cfg: Config = Config()):
     g = cfg.gemm
     out_bytes = 4 if g.out_dtype == "f32" else 2
+    store_local = gemm.store_c(g)
     t = gemm.template(g, f"gemm_ar_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}"
                       f"{'_mc' if cfg.multicast else ''}",
-                      params=(Param("tmap_c", gemm.b8, 128, 64), Param("m", u32), Param("n", u32),
+                      params=(gemm.C_PARAM, Param("m", u32), Param("n", u32),
                               Param("epoch", u32), Param("barrier_base", u32)),
                       layouts=(CBUF, DONE, FLAGS))
 
     def store(ctx, acc, tm, tn, wg, staging):
         """TMA-store the slab into this rank's partial C; once written, count it at the tile's owner."""
         b = ctx.b
-        tmap_c = gemm.tensor_map_param(b, "tmap_c")
-        row, col = gemm.slab_origin(ctx, g, tm, tn, wg)
-        stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
-                           issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
-                                                                    address(sub)))
+        store_local(ctx, acc, tm, tn, wg, staging)
         with b.if_then(b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="slab_leader")):
             publish_async_writes(b)
             tile = b.mad(u32, tm, ctx.param("tiles_n"), tn, mode="lo", name="tile_id")
