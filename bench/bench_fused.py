@@ -1,0 +1,118 @@
+"""Fused kernels against the non-overlapped composition of pkptx's own GEMM and collective, at the
+paper's per-GPU shapes (pk-design 7), N in {2048, 4096, 8192, 16384}; bf16 in, fp32 accumulate.
+
+- AG+GEMM: A (N x N) row-sharded, B_r (N/W x N): all_gather(A) then gemm, vs ag_gemm.
+- GEMM+RS: A_r (N x N/W), B_r (N x N/W): gemm into a symmetric partial then reduce_scatter(dim 0), vs gemm_rs.
+- GEMM+AR: the same shards: gemm then all_reduce, vs gemm_ar.
+
+The unoverlapped share of communication is (fused - gemm alone) / (collective alone): 0 means the
+communication hid completely behind the GEMM, 1 means none of it did. Each fused result is checked
+against the composition before it is timed. Run under MPI: ``mpirun -n 4 python bench/bench_fused.py``.
+With every rank on one GPU the figures measure protocol overhead, not NVLink.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+from common import report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--record", action="store_true")
+    ap.add_argument("--sizes", default="2048,4096,8192,16384")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--num-comm-sms", type=int, default=8)
+    args = ap.parse_args()
+    import ml_dtypes
+    import pkptx
+    from pkptx.launch import Device, Stream, SymmetricHeap, World, from_numpy, time_cuda
+    world = World()
+    Device(world.device_ordinal()).set_current()
+    stream, w, bf16 = Stream(), world.size, ml_dtypes.bfloat16
+    sizes = [int(s) for s in args.sizes.split(",")]
+    heap = SymmetricHeap(world, 4 * max(sizes) ** 2 * 2 + (256 << 20))
+    rng = np.random.default_rng(7 + world.rank)
+    rows = []
+
+    def timed(fn):
+        t = time_cuda(fn, stream=stream, warmup=2, repeats=args.repeats).median_ms
+        pkptx.synchronize(stream)
+        return t
+
+    def rel(x, y):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        return float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
+
+    for n in sizes:
+        if n % (128 * w):
+            continue
+        rand = lambda *shape: from_numpy(rng.standard_normal(shape, dtype=np.float32).astype(bf16))  # noqa: E731
+        # ---- AG + GEMM
+        shard, full = heap.alloc((n // w, n), bf16), heap.alloc((n, n), bf16)
+        shard.local.copy_from_numpy(rng.standard_normal((n // w, n), dtype=np.float32).astype(bf16))
+        full.local.copy_from_numpy(np.zeros((n, n), bf16))
+        pkptx.synchronize(stream)
+        b = rand(n // w, n)
+        rows_r = slice(world.rank * (n // w), (world.rank + 1) * (n // w))
+        full.local.copy_from_numpy(np.pad(shard.local.to_numpy(), ((rows_r.start, n - rows_r.stop), (0, 0))))
+        world.barrier(what="ag inputs")
+        fused_out = pkptx.ag_gemm(full, b, world, num_comm_sms=args.num_comm_sms, stream=stream)
+        gathered = heap.alloc((n, n), bf16)
+        pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream)
+        plain_out = pkptx.gemm(gathered.local, b, stream=stream)
+        pkptx.synchronize(stream)
+        err = rel(fused_out.to_numpy(), plain_out.to_numpy())
+        t_fused = timed(lambda: pkptx.ag_gemm(full, b, world, out=fused_out, num_comm_sms=args.num_comm_sms,
+                                              stream=stream))
+        t_comm = timed(lambda: pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream))
+        t_gemm = timed(lambda: pkptx.gemm(gathered.local, b, plain_out, stream=stream))
+        rows.append(["ag_gemm", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
+                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"])
+        for buf in (gathered, full, shard):
+            buf.free()
+        # ---- GEMM + RS and GEMM + AR share their shards
+        a, b = rand(n, n // w), rand(n, n // w)
+        partial = heap.alloc((n, n), bf16)
+        rs_out, rs_plain = heap.alloc((n // w, n), np.float32), heap.alloc((n // w, n), bf16)
+        ar_out = heap.alloc((n, n), bf16)
+        world.barrier(what="rs inputs")
+        pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream)
+        pkptx.gemm(a, b, partial.local, stream=stream)
+        pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream)
+        pkptx.synchronize(stream)
+        err = rel(rs_out.local.to_numpy(), rs_plain.local.to_numpy())
+        t_fused = timed(lambda: pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream))
+        t_gemm = timed(lambda: pkptx.gemm(a, b, partial.local, stream=stream))
+        t_comm = timed(lambda: pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream))
+        rows.append(["gemm_rs", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
+                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"])
+        pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, stream=stream)
+        pkptx.gemm(a, b, partial.local, stream=stream)
+        pkptx.all_reduce(partial, world, stream=stream)
+        pkptx.synchronize(stream)
+        err = rel(ar_out.local.to_numpy(), partial.local.to_numpy())
+        t_fused = timed(lambda: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms,
+                                              stream=stream))
+        t_comm = timed(lambda: pkptx.all_reduce(partial, world, stream=stream))
+        rows.append(["gemm_ar", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
+                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"])
+        for buf in (ar_out, rs_plain, rs_out, partial):
+            buf.free()
+    if world.rank == 0:
+        gpus = Device.available()
+        report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {gpus} GPU(s)",
+               ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
+                "unoverlapped comm"], rows,
+               ("All ranks on one GPU: protocol overhead only, not NVLink. " if gpus < w else "")
+               + f"num_comm_sms={args.num_comm_sms}; median of CUDA events; shapes per GPU as in pk-design 7.",
+               args.record)
+    heap.close()
+    world.close()
+
+
+if __name__ == "__main__":
+    main()
