@@ -108,7 +108,7 @@ def reduce_vector(b: Builder, data: BoundLayout, offset: Reg, *, ty, op, world: 
     """Primitive 3 (``write_all=False``) and 4 (``write_all=True``) for one unit of ``width`` bytes;
     multimem when ``multicast``, the unit is 16 bytes and the switch can do the op (it has no f32
     min/max), else the unicast fallback."""
-    if ty not in (bf16, f16, f32) and ptx_type(ty) not in (bf16, f16, f32):
+    if not isinstance(ty, (str, type(f32))) or ptx_type(ty) not in (bf16, f16, f32):
         raise PTXBuildError(f"reduce_vector: ty must be bf16, f16 or f32, got {ty!r}")
     if multicast and width == 16 and not (ptx_type(ty) is f32 and _op(op) != "add"):
         return multimem_reduce(b, data, offset, ty=ty, op=op, rank=rank, write_all=write_all, dst=dst,

@@ -4,7 +4,7 @@ Each test builds a scratch kernel (scratch.py), records the lines one primitive 
 them with the expected lines (registers and labels anonymous: ``%r``, ``$L``; see ptxscan.shape), and
 hands the kernel to nvJitLink for the drawn target. Hypothesis draws the primitive's parameters: sem and
 scope, reduce ops, element types, tensor ranks, Python-int or register operands, multicast or unicast.
-Known primitive bugs are pinned as strict xfails at the end (they flip to XPASS once fixed).
+The last tests pin primitive bugs that were found and fixed (bad memory-ordering arguments, bad types).
 """
 from __future__ import annotations
 
@@ -464,8 +464,8 @@ def test_multimem_has_no_f32_min_max():
         multimem_reduce(sc.b, sc.bound["x"], sc.u64reg(0), ty="f32", op="max", rank=sc.rank, write_all=True)
 
 
-@pytest.mark.parametrize("sem,scope,needle", [(Sem.ACQUIRE, "sys", "'.acquire' is not a legal sem"),
-                                              (Sem.RELEASE, None, "spell the scope out")])
+@pytest.mark.parametrize("sem,scope,needle", [(Sem.ACQUIRE, "sys", "sem must be Sem.RELEASE"),
+                                              (Sem.RELEASE, None, "with a scope")])
 def test_signal_rejects_what_cannot_publish(sem, scope, needle):
     sc = Scratch()
     addr = sc.flag(0, 0)
@@ -482,8 +482,6 @@ def test_wait_rejects_polls_without_acquire_at_sys_scope(sem):
 
 
 # ------------------------------------------------------------------------------------------ known bugs
-@pytest.mark.xfail(strict=True, reason="primitive bug: wait() accepts sem=WEAK/VOLATILE when scope=None, "
-                   "emitting a poll with no acquire (ld.weak can even be hoisted out of the loop)")
 @pytest.mark.parametrize("sem", [Sem.WEAK, Sem.VOLATILE])
 def test_wait_rejects_weak_polls_without_scope(sem):
     sc = Scratch()
@@ -492,8 +490,6 @@ def test_wait_rejects_weak_polls_without_scope(sem):
         wait(sc.b, addr, 1, sem=sem, scope=None, deadline=sc.deadline, flag_id=0)
 
 
-@pytest.mark.xfail(strict=True, reason="primitive bug: signal(sem=None, scope=None) emits red.global.add.u32, "
-                   "a signal without release that publishes nothing")
 def test_signal_rejects_a_missing_sem():
     sc = Scratch()
     addr = sc.flag(0, 0)
@@ -501,8 +497,6 @@ def test_signal_rejects_a_missing_sem():
         signal(sc.b, addr, 1, sem=None, scope=None)
 
 
-@pytest.mark.xfail(strict=True, reason="primitive bug: reduce_vector(ty=<not a type>) raises AttributeError "
-                   "from ptx_type instead of a PTXBuildError naming the legal types")
 def test_reduce_vector_rejects_a_non_type_with_a_pkptx_error():
     sc = Scratch()
     with pytest.raises(PkptxError):
