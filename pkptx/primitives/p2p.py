@@ -47,6 +47,10 @@ def store_async(b: Builder, maps: BoundTensorMaps, dst_rank, coords, smem, *, re
     ``cp.async.bulk.commit_group;``. Ordering owed by the caller: ``fence.proxy.async.shared::cta``
     after writing the tile with ordinary stores and a barrier before this; :func:`sync.publish_async_writes`
     before signalling the destination.
+
+    Coordinates (seen on an H200): a store with any negative coordinate kills the CUDA context
+    (illegal instruction); past the far edge it is clipped. ``reduce_op`` follows the tensor map's
+    element type, and f32 has no min/max reduce (only add).
     """
     tmap = maps.of(b, dst_rank)
     if reduce_op is None:
@@ -73,7 +77,9 @@ def load_async(b: Builder, maps: BoundTensorMaps, src_rank, coords, smem, mbar, 
 
     PTX: ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [mbar], bytes;``
     ``cp.async.bulk.tensor.<n>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [smem], [tmap_r, {coords}], [mbar];``
-    Consumers wait with :func:`mbarrier.wait_parity`; data is then visible to them.
+    Consumers wait with :func:`mbarrier.wait_parity`; data is then visible to them. The innermost
+    coordinate times the element size must be a multiple of 16 bytes (else the CUDA context is lost, seen
+    on an H200); negative or far coordinates are fine and zero-fill.
     """
     b.mbarrier_arrive_expect_tx(address(mbar), tile_bytes)
     b.tensor_load(address(smem), maps.of(b, src_rank), coords, address(mbar))

@@ -86,7 +86,8 @@ def build(cfg: Config = Config()):
     parts = gemm.roles(g, store=gemm.store_c(g), tile=own_rows_first, before_a=await_rows)
 
     def epilogue(ctx):
-        ctx.b.bulk_wait_group(0)
+        publish_async_writes(ctx.b)                  # this block's C stores are written, before the release
+        ctx.b.bar_sync(0)
         rank_barrier(ctx, 1, multicast=False)        # nobody overwrites A rows a peer still reads
 
     return t.build(**parts, comm_tasks=comm_tasks, communicator=push_rows, epilogue=epilogue)
