@@ -20,10 +20,8 @@ if str(ROOT) not in sys.path:          # run from a checkout without installing 
     sys.path.insert(0, str(ROOT))
 
 from pkptx.launch import Device, time_cuda  # noqa: E402
-from pkptx.toolchain import CompiledKernel, assemble  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
-PTX_HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 
 
 def parse_args(description: str) -> argparse.Namespace:
@@ -31,11 +29,6 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     return parser.parse_args()
-
-
-def compile_ptx(ptx: str, entry: str, params, dynamic_smem: int = 0) -> CompiledKernel:
-    return CompiledKernel(entry=entry, params=tuple(params), ptx=ptx, cubin=assemble(ptx, "sm_90a"),
-                          arch="sm_90a", dynamic_smem=dynamic_smem)
 
 
 def host_us(fn, calls: int = 5000, rounds: int = 7, device: Device | None = None) -> float:
