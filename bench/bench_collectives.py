@@ -9,7 +9,6 @@ busbw follows nccl-tests: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..errors import PTXBuildError, TargetError
-from .instruction import Instruction, capture_origin
+from .instruction import Instruction
 from .names import NameScope
-from .types import REGISTER_TYPES, ptx_type
+from .types import REGISTER_TYPES
 from .validate import locate
 from .values import Param, Reg, Symbol
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import PTXBuildError
-from .types import PtxType, b32, b64, pred, ptx_type, u32, u64
+from .types import PtxType, b32, b64, ptx_type, u32, u64
 from .values import SPECIALS, Addr, Reg, Sink, Symbol, Vec, Param
 
 _VEC = {1: None, 2: "v2", 4: "v4"}

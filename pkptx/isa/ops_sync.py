@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .types import b32, b64, pred as PRED, ptx_type, u32
 from .ops_data import address
-from .values import Pipe, Sink
+from .values import Pipe, Reg, Sink
 
 
 class SyncOps:
@@ -83,7 +83,7 @@ class SyncOps:
                   hint=policy is not None)
 
     # -------------------------------------------------------------- warp-level
-    def shfl(self, mode, value, lane_or_delta, clamp, mask=0xFFFFFFFF, *, name=None) -> "Reg":
+    def shfl(self, mode, value, lane_or_delta, clamp, mask=0xFFFFFFFF, *, name=None) -> Reg:
         """``shfl.sync.<mode>.b32 d, value, b, c, mask``."""
         d = self.reg(b32, name or "shfl")
         self.emit("shfl.sync", d, value, lane_or_delta, clamp, mask, mode=mode)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, u32, u64
+from ...isa import Param, u32
 from ...primitives.layout import ParallelLayout
 from ...primitives.tile import reduce_vector
 from ..collective import build_collective, collective_template
