@@ -6,6 +6,9 @@ blocks (AG+GEMM, GEMM+AR) beside the compute blocks.
 """
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 
 from ..launch import Device, DeviceArray, empty, from_numpy
@@ -20,7 +23,7 @@ from ..templates.kernels import gemm_ar as ar_kernel
 from ..templates.kernels import gemm_rs as rs_kernel
 from . import collectives
 from .common import ArgumentError, load, ordered_args
-from .gemm import _NAMES, _as_array, _tensor_map, check_shapes, choose_config
+from .gemm import _NAMES, _as_array, _tensor_map, check_shapes, choose_config, gemm
 
 _MASK32 = (1 << 32) - 1
 _epochs: dict = {}
@@ -73,7 +76,51 @@ def _gemm_args(cfg, a_map_source, b: DeviceArray, k: int, m: int, n: int) -> dic
                 tiles_n=-(-n // cfg.tile_n))
 
 
-def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", stream=None,
+def overlap_pays(m: int, n: int, cfg, world_size: int, sm_count: int, *, row_sharded: bool) -> bool:
+    """Fuse only when every rank's rows tile evenly (row-sharded kernels) and there are at least two
+    waves of output tiles: with fewer, the communication has nothing to hide behind."""
+    if row_sharded and (m % world_size or (m // world_size) % cfg.tile_m):
+        return False
+    return world_size > 1 and -(-m // cfg.tile_m) * -(-n // cfg.tile_n) >= 2 * sm_count
+
+
+_scratch: dict = {}
+
+
+def _partial_buffer(like: SymmetricBuffer, shape, dtype) -> SymmetricBuffer:
+    """A symmetric scratch buffer in ``like``'s heap for the unfused path (allocated once per shape)."""
+    key = (id(like.heap), tuple(shape), str(dtype))
+    if key not in _scratch:
+        _scratch[key] = like.heap.alloc(shape, dtype)
+    return _scratch[key]
+
+
+def tune_num_comm_sms(op: str, run, world, shape_key, candidates=(2, 4, 8, 16, 32)) -> int:
+    """The ``num_comm_sms`` that makes ``run(num_comm_sms)`` fastest, agreed by every rank (the one with
+    the best slowest-rank time), cached in the pkptx cache directory by op, shape, world and device."""
+    from ..launch import time_cuda
+    from ..toolchain import cache_dir
+    device = Device.current()
+    key = f"{op}|{shape_key}|w{world.size}|{device.name}|{device.sm_count}"
+    path = (cache_dir() / "tune.json") if cache_dir() else None
+    table = json.loads(path.read_text()) if path and path.exists() else {}
+    if key in table:
+        return int(table[key])
+    legal = [c for c in candidates if 1 <= c < device.sm_count]
+    mine = [time_cuda(lambda c=c: run(c), warmup=1, repeats=5).median_ms for c in legal]
+    collectives.synchronize(what=f"tuning {op}")
+    slowest = np.max(np.array(world.allgather(mine, what=f"tune {op}")), axis=0)
+    best = int(legal[int(np.argmin(slowest))])
+    if path and world.rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table[key] = best
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, path)
+    return best
+
+
+def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", stream=None, fused: bool | None = None,
             timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
     """``out`` (M/W x N) on rank r = rows r·M/W.. of sum over ranks of A_r·B_rᵀ. A_r (M x K_r) and B_r
     are this rank's K-shards. ``out`` is zeroed here and reduced into by every rank's kernel."""
@@ -86,6 +133,12 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
                             f"M = {m} divisible by the world size {world.size}; got {out.shape} {out.dtype}")
     cfg = rs_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k))
     rows = m // world.size
+    if fused is None:
+        fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=True)
+    if not fused:
+        partial = _partial_buffer(out, (m, n), out.dtype)
+        gemm(a, b, partial.local, b_layout=b_layout, stream=stream)
+        return collectives.reduce_scatter(partial, world, dim=0, out=out, stream=stream, timeout_ns=timeout_ns)
     if rows % cfg.gemm.tile_m:
         raise ArgumentError(f"gemm_rs: M / world = {rows} must be a multiple of the {cfg.gemm.tile_m}-row tile")
     out.local.fill(0, stream=stream)
@@ -97,8 +150,8 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
     return out
 
 
-def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk", num_comm_sms: int = 4,
-            stream=None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk", num_comm_sms=4,
+            stream=None, fused: bool | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
     """C (M x N_r) = all-gather of A's row shards, times this rank's B_r. ``a_shard`` is a symmetric
     (M x K) buffer in which this rank has written its rows [r·M/W, (r+1)·M/W); the kernel fills in the
     rest on every rank while it computes."""
@@ -108,11 +161,21 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     out_dtype = out.dtype if out is not None else a_shard.dtype
     m, n, k = check_shapes(a_shard.shape, a_shard.dtype, b.shape, b.dtype, b_layout=b_layout)
     cfg = ag_kernel.Config(_plan(a_shard.local, b, out_dtype, b_layout, m, n, k))
+    out = _as_array(out, "out") if out is not None else empty((m, n), a_shard.dtype)
+    if fused is None:
+        fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=True)
+    if not fused:          # in place: this rank's rows are already in their slot
+        collectives.all_gather(a_shard, world, dim=0, out=a_shard, stream=stream, timeout_ns=timeout_ns)
+        return gemm(a_shard.local, b, out, b_layout=b_layout, stream=stream)
     if m % world.size or (m // world.size) % cfg.gemm.tile_m:
         raise ArgumentError(f"ag_gemm: M / world = {m}/{world.size} must be a multiple of {cfg.gemm.tile_m}")
-    if not 1 <= num_comm_sms < Device.current().sm_count:
-        raise ArgumentError(f"ag_gemm: num_comm_sms must be in 1..{Device.current().sm_count - 1}")
-    out = _as_array(out, "out") if out is not None else empty((m, n), a_shard.dtype)
+    if num_comm_sms == "auto":
+        num_comm_sms = tune_num_comm_sms(
+            "ag_gemm", lambda c: ag_gemm(a_shard, b, world, out=out, b_layout=b_layout, num_comm_sms=c,
+                                         stream=stream, fused=True, timeout_ns=timeout_ns), world, (m, n, k))
+    if not isinstance(num_comm_sms, int) or not 1 <= num_comm_sms < Device.current().sm_count:
+        raise ArgumentError(f"ag_gemm: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
+                            f"got {num_comm_sms!r}")
     ready = _flags(a_shard, -(-m // cfg.gemm.tile_m))
     kernel = load(ag_kernel.build, cfg, Device.current())
     state = collectives._state(a_shard)
@@ -125,8 +188,8 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     return out
 
 
-def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm_sms: int = 8, stream=None,
-            timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm_sms=8, stream=None,
+            fused: bool | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
     """``out`` (M x N, the same on every rank) = sum over ranks of A_r·B_rᵀ for this rank's K-shards."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, b_layout=b_layout)
@@ -134,9 +197,19 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
         raise ArgumentError(f"gemm_ar: out must be a ({m}, {n}) SymmetricBuffer of this world")
     if _NAMES.get(str(out.dtype)) not in ("bf16", "f16", "f32"):
         raise ArgumentError(f"gemm_ar: out dtype must be bfloat16, float16 or float32, got {out.dtype}")
-    if not 1 <= num_comm_sms < Device.current().sm_count:
-        raise ArgumentError(f"gemm_ar: num_comm_sms must be in 1..{Device.current().sm_count - 1}")
     cfg = ar_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k), multicast=out.multicast_ptr is not None)
+    if fused is None:
+        fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=False)
+    if not fused:
+        gemm(a, b, out.local, b_layout=b_layout, stream=stream)
+        return collectives.all_reduce(out, world, stream=stream, timeout_ns=timeout_ns)
+    if num_comm_sms == "auto":
+        num_comm_sms = tune_num_comm_sms(
+            "gemm_ar", lambda c: gemm_ar(a, b, world, out=out, b_layout=b_layout, num_comm_sms=c, stream=stream,
+                                         fused=True, timeout_ns=timeout_ns), world, (m, n, k))
+    if not isinstance(num_comm_sms, int) or not 1 <= num_comm_sms < Device.current().sm_count:
+        raise ArgumentError(f"gemm_ar: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
+                            f"got {num_comm_sms!r}")
     tiles = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n)
     done = _flags(out, tiles)
     kernel = load(ar_kernel.build, cfg, Device.current())

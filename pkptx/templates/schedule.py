@@ -52,3 +52,18 @@ def comm_tasks(split: Split, block: int, num_tasks: int, *, world: int = 1, rank
 def owner(tile: int, world: int) -> int:
     """The rank that owns an output tile in reduce-scatter style kernels (round robin)."""
     return tile % world
+
+
+def staggered(task: int, tiles: int, world: int, rank: int) -> int:
+    """GEMM+RS: rank r walks the tile list from r/W of the way in, so owners are not hit at once."""
+    return (task + (tiles // world) * rank) % tiles
+
+
+def row_owner(row: int, rows_per_rank: int) -> int:
+    """The rank that owns a row of a row-sharded matrix (GEMM+RS output, AG+GEMM input)."""
+    return row // rows_per_rank
+
+
+def own_rows_first(tile_m: int, tiles_m: int, blocks_per_rank: int, rank: int) -> int:
+    """AG+GEMM: the tile row a rank computes in place of ``tile_m``, its own row blocks first."""
+    return (tile_m + blocks_per_rank * rank) % tiles_m

@@ -1,4 +1,5 @@
-"""Under mpirun: AG+GEMM, GEMM+RS and GEMM+AR on hypothesis-chosen shapes against float64 numpy.
+"""Under mpirun: AG+GEMM, GEMM+RS and GEMM+AR (fused, and the gemm-then-collective fallback) on
+hypothesis-chosen shapes against float64 numpy.
 
 Every rank draws the same cases and builds every rank's shards from the case seed, so each computes
 the reference itself; failures are recorded, not raised, so the ranks never diverge.
@@ -42,10 +43,11 @@ def main() -> None:
     @settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "6")), derandomize=True, database=None,
               deadline=None, suppress_health_check=list(HealthCheck))
     @given(op=st.sampled_from(["ag_gemm", "gemm_rs", "gemm_ar"]), mb=st.integers(1, 3), n=st.sampled_from([256, 384, 512]),
-           k=st.sampled_from([64, 192, 512]), layout=st.sampled_from(["nk", "kn"]), seed=st.integers(0, 2**31))
-    def case(op, mb, n, k, layout, seed):
+           k=st.sampled_from([64, 192, 512]), layout=st.sampled_from(["nk", "kn"]), seed=st.integers(0, 2**31),
+           fuse=st.sampled_from([True, True, False]))
+    def case(op, mb, n, k, layout, seed, fuse):
         m = 128 * mb * w
-        cases.append(dict(op=op, m=m, n=n, k=k, layout=layout))
+        cases.append(dict(op=op, m=m, n=n, k=k, layout=layout, fused=fuse))
         bshape = (n, k) if layout == "nk" else (k, n)
         buffers = []
         try:
@@ -59,7 +61,7 @@ def main() -> None:
                 a_full.local.copy_from_numpy(full)
                 device.synchronize()
                 world.barrier(what="inputs written")
-                got = fused.ag_gemm(a_full, from_numpy(b_local), world, b_layout=layout)
+                got = fused.ag_gemm(a_full, from_numpy(b_local), world, b_layout=layout, fused=fuse)
                 collectives.synchronize(what="ag_gemm")
                 ref = ag_gemm.reference(a_rows, b_local, layout)
                 err = rel_err(got.to_numpy(), ref)
@@ -74,10 +76,10 @@ def main() -> None:
                 world.barrier(what="inputs written")
                 A, B = from_numpy(a_parts[world.rank]), from_numpy(b_parts[world.rank])
                 if op == "gemm_rs":
-                    fused.gemm_rs(A, B, world, out=out, b_layout=layout)
+                    fused.gemm_rs(A, B, world, out=out, b_layout=layout, fused=fuse)
                     ref = gemm_rs.reference(a_parts, b_parts, w, layout)[world.rank]
                 else:
-                    fused.gemm_ar(A, B, world, out=out, b_layout=layout, num_comm_sms=4)
+                    fused.gemm_ar(A, B, world, out=out, b_layout=layout, num_comm_sms=4, fused=fuse)
                     ref = gemm_ar.reference(a_parts, b_parts, layout)
                 collectives.synchronize(what=op)
                 err = rel_err(out.local.to_numpy(), ref)
