@@ -36,8 +36,11 @@ def main() -> None:
     from pkptx.launch import Device, Stream, SymmetricHeap, World, time_cuda
     from pkptx.ops import collectives
     dtype = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}[args.dtype]
+    import nccl
     world = World()
-    Device(world.device_ordinal()).set_current()
+    ordinal = world.device_ordinal()
+    Device(ordinal).set_current()
+    dist = nccl.start(world, ordinal)
     stream = Stream()
     item = np.dtype(dtype).itemsize
     heap = SymmetricHeap(world, 2 * args.max_bytes + (64 << 20))
@@ -67,8 +70,16 @@ def main() -> None:
         t = time_cuda(run, stream=stream, warmup=2, repeats=args.repeats).median_ms
         collectives.synchronize(stream, what="timed all_reduce")
         algbw = nbytes / (t * 1e-3) / 1e9
-        rows.append([nbytes, n, algorithm, t * 1e3, algbw,
-                     algbw * BUS_FACTOR["all_reduce"](world.size), "ok" if ok else "WRONG"])
+        row = [nbytes, n, algorithm, t * 1e3, algbw, algbw * BUS_FACTOR["all_reduce"](world.size),
+               "ok" if ok else "WRONG"]
+        if dist is not None:
+            import torch
+            tensor = torch.ones(n, dtype={2: torch.bfloat16 if args.dtype == "bf16" else torch.float16,
+                                          4: torch.float32}[item], device="cuda")
+            t_nccl = nccl.time_ms(lambda: dist.all_reduce(tensor), args.repeats)
+            row += [t_nccl * 1e3, nbytes / (t_nccl * 1e-3) / 1e9 * BUS_FACTOR["all_reduce"](world.size),
+                    f"{t_nccl / t:.3f}"]
+        rows.append(row)
         dst.free()
         src.free()
         world.barrier(what="size done")
@@ -76,9 +87,13 @@ def main() -> None:
         gpus = Device.available()
         note = ("All ranks on one GPU: these figures measure pkptx's protocol overhead, not NVLink."
                 if gpus < world.size else "")
-        report(f"all_reduce {args.dtype}, {world.size} rank(s) on {gpus} GPU(s)",
-               ["bytes", "elements", "algorithm", "time us", "algbw GB/s", "busbw GB/s", "check"], rows,
-               note + " Median of CUDA-event timings; NCCL comparison needs several GPUs.", args.record)
+        headers = ["bytes", "elements", "algorithm", "time us", "algbw GB/s", "busbw GB/s", "check"]
+        if dist is not None:
+            headers += ["NCCL us", "NCCL busbw GB/s", "NCCL time / pkptx time"]
+        report(f"all_reduce {args.dtype}, {world.size} rank(s) on {gpus} GPU(s)", headers, rows,
+               note + " Median of CUDA-event timings" + ("; NCCL through torch.distributed in the same run."
+                                                        if dist is not None else "; NCCL needs a GPU per rank."),
+               args.record)
     heap.close()
     world.close()
 

@@ -4,6 +4,7 @@ paper's per-GPU shapes (pk-design 7), N in {2048, 4096, 8192, 16384}; bf16 in, f
 - AG+GEMM: A (N x N) row-sharded, B_r (N/W x N): all_gather(A) then gemm, vs ag_gemm.
 - GEMM+RS: A_r (N x N/W), B_r (N x N/W): gemm into a symmetric partial then reduce_scatter(dim 0), vs gemm_rs.
 - GEMM+AR: the same shards: gemm then all_reduce, vs gemm_ar.
+Where every rank has its own GPU, cuBLAS + NCCL (torch) one after the other is timed as well.
 
 The unoverlapped share of communication is (fused - gemm alone) / (collective alone): 0 means the
 communication hid completely behind the GEMM, 1 means none of it did. Each fused result is checked
@@ -28,10 +29,13 @@ def main() -> None:
     ap.add_argument("--num-comm-sms", type=int, default=8)
     args = ap.parse_args()
     import ml_dtypes
+    import nccl
     import pkptx
     from pkptx.launch import Device, Stream, SymmetricHeap, World, from_numpy, time_cuda
     world = World()
-    Device(world.device_ordinal()).set_current()
+    ordinal = world.device_ordinal()
+    Device(ordinal).set_current()
+    dist = nccl.start(world, ordinal)
     stream, w, bf16 = Stream(), world.size, ml_dtypes.bfloat16
     sizes = [int(s) for s in args.sizes.split(",")]
     heap = SymmetricHeap(world, 4 * max(sizes) ** 2 * 2 + (256 << 20))
@@ -47,6 +51,24 @@ def main() -> None:
         x, y = x.astype(np.float64), y.astype(np.float64)
         return float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
 
+    def baseline(op: str, n: int, t_fused: float) -> list:
+        """cuBLAS (torch.matmul) then NCCL (torch.distributed), one after the other, where NCCL runs."""
+        if dist is None:
+            return []
+        import torch
+        mk = lambda *shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+        if op == "ag_gemm":
+            shard, full, b_t = mk(n // w, n), mk(n, n), mk(n // w, n)
+            fn = lambda: (dist.all_gather_into_tensor(full, shard), torch.matmul(full, b_t.T))  # noqa: E731
+        elif op == "gemm_rs":
+            a_t, b_t, part, out_t = mk(n, n // w), mk(n, n // w), mk(n, n), mk(n // w, n)
+            fn = lambda: (torch.matmul(a_t, b_t.T, out=part), dist.reduce_scatter_tensor(out_t, part))  # noqa
+        else:
+            a_t, b_t, part = mk(n, n // w), mk(n, n // w), mk(n, n)
+            fn = lambda: (torch.matmul(a_t, b_t.T, out=part), dist.all_reduce(part))  # noqa: E731
+        t = nccl.time_ms(fn, args.repeats)
+        return [t, f"{t / t_fused:.3f}"]
+
     for n in sizes:
         if n % (128 * w):
             continue
@@ -54,8 +76,6 @@ def main() -> None:
         # ---- AG + GEMM
         shard, full = heap.alloc((n // w, n), bf16), heap.alloc((n, n), bf16)
         shard.local.copy_from_numpy(rng.standard_normal((n // w, n), dtype=np.float32).astype(bf16))
-        full.local.copy_from_numpy(np.zeros((n, n), bf16))
-        pkptx.synchronize(stream)
         b = rand(n // w, n)
         rows_r = slice(world.rank * (n // w), (world.rank + 1) * (n // w))
         full.local.copy_from_numpy(np.pad(shard.local.to_numpy(), ((rows_r.start, n - rows_r.stop), (0, 0))))
@@ -71,7 +91,8 @@ def main() -> None:
         t_comm = timed(lambda: pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream))
         t_gemm = timed(lambda: pkptx.gemm(gathered.local, b, plain_out, stream=stream))
         rows.append(["ag_gemm", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
-                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"])
+                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
+                    + baseline("ag_gemm", n, t_fused))
         for buf in (gathered, full, shard):
             buf.free()
         # ---- GEMM + RS and GEMM + AR share their shards
@@ -89,7 +110,8 @@ def main() -> None:
         t_gemm = timed(lambda: pkptx.gemm(a, b, partial.local, stream=stream))
         t_comm = timed(lambda: pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream))
         rows.append(["gemm_rs", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
-                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"])
+                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
+                    + baseline("gemm_rs", n, t_fused))
         pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, stream=stream)
         pkptx.gemm(a, b, partial.local, stream=stream)
         pkptx.all_reduce(partial, world, stream=stream)
@@ -99,14 +121,15 @@ def main() -> None:
                                               stream=stream))
         t_comm = timed(lambda: pkptx.all_reduce(partial, world, stream=stream))
         rows.append(["gemm_ar", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
-                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"])
+                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
+                    + baseline("gemm_ar", n, t_fused))
         for buf in (ar_out, rs_plain, rs_out, partial):
             buf.free()
     if world.rank == 0:
         gpus = Device.available()
         report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {gpus} GPU(s)",
                ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
-                "unoverlapped comm"], rows,
+                "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
                ("All ranks on one GPU: protocol overhead only, not NVLink. " if gpus < w else "")
                + f"num_comm_sms={args.num_comm_sms}; median of CUDA events; shapes per GPU as in pk-design 7.",
                args.record)

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.gpu import rank_env, world_sizes
+
 from mpi_programs import launcher
 
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", world_sizes([2, 4]))
 def test_every_rank_reads_every_peer_exactly_on_one_gpu(gpu, ranks):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0",
-           "PKPTX_EXPECT_RANKS": str(ranks)}
+    env = rank_env(PKPTX_EXPECT_RANKS=str(ranks))
     proc, results = launcher.run(ranks, "gpu_symmetric_program.py", env=env, timeout=300)
     output = proc.stdout[-4000:] + proc.stderr[-4000:]
     assert sorted(results) == list(range(ranks)), output

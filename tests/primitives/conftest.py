@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.gpu import gpu  # noqa: F401  (the shared GPU fixture: skips with the probe's reason)
+from tests.helpers.gpu import gpu, rank_env  # noqa: F401  (gpu: the shared fixture, skips with the probe's reason)
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
@@ -19,8 +19,8 @@ for path in (PROGRAMS, HERE.parent / "launch"):     # prim_kernels / harness, an
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-# Every program runs the unicast forms on GPU 0, whatever the caller's environment says.
-PROGRAM_ENV = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0", "PYTHONUNBUFFERED": "1"}
+# Every program runs the unicast forms, on GPU 0 unless PKPTX_TEST_DEVICES spreads the ranks.
+PROGRAM_ENV = rank_env(PYTHONUNBUFFERED="1")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.gpu import world_sizes
+
 SECTIONS = ["tma_store", "tma_load", "bulk", "signal_wait", "vector_reduce", "peer_access", "stage_ring"]
 EXAMPLES = {1: 25, 2: 15, 3: 10, 4: 10}          # cases per section: the whole suite stays near 2 minutes
 OVERRIDE = os.environ.get("PKPTX_PRIMITIVE_EXAMPLES")     # e.g. 3 for a smoke run
@@ -22,7 +24,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
 
 @pytest.mark.parametrize("section", SECTIONS)
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4], ids=lambda n: f"{n}rank")
+@pytest.mark.parametrize("ranks", world_sizes([1, 2, 3, 4]), ids=lambda n: f"{n}rank")
 def test_primitive_matches_numpy(mpi_run, ranks, section):
     proc, results = mpi_run(ranks, "primitives_program.py", section,
                             env={"PKPTX_EXAMPLES": OVERRIDE or str(EXAMPLES[ranks])}, timeout=240)

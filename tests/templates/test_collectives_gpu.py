@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests.helpers.gpu import rank_env, world_sizes
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
 from mpi_programs import launcher  # noqa: E402
 
@@ -16,13 +18,12 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("ranks", world_sizes([1, 2, 3, 4]))
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_collective_matches_numpy(gpu, collective, ranks):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0",
-           "PKPTX_EXAMPLES": "12" if ranks <= 2 else "6"}
+    env = rank_env(PKPTX_EXAMPLES="12" if ranks <= 2 else "6")
     proc, results = launcher.run(ranks, "../../templates/programs/collectives_program.py", collective, env=env,
                                  timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]

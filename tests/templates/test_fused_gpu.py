@@ -7,17 +7,19 @@ import sys
 
 import pytest
 
+from tests.helpers.gpu import rank_env, world_sizes
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
 from mpi_programs import launcher  # noqa: E402
 
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [1, 2, 4])
+@pytest.mark.parametrize("ranks", world_sizes([1, 2, 4]))
 def test_fused_kernels_match_numpy(gpu, ranks):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": "0", "PKPTX_EXAMPLES": "8" if ranks < 4 else "5"}
+    env = rank_env(PKPTX_EXAMPLES="8" if ranks < 4 else "5")
     proc, results = launcher.run(ranks, "../../templates/programs/fused_program.py", env=env, timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
