@@ -35,7 +35,9 @@ def benches(quick: bool) -> list[tuple[str, list[str], int]]:
             ("bench_gemm", [sys.executable, "bench/bench_gemm.py", "--record", *q], 150),
             ("bench_tma", [sys.executable, "bench/bench_tma.py", "--record", *q], 100),
             ("bench_collectives -n 4", [*mpirun(4), sys.executable, "bench/bench_collectives.py", "--record",
-                                        "--max-bytes", str(1 << (24 if quick else 28))], 200)]
+                                        "--max-bytes", str(1 << (24 if quick else 28))], 200),
+            ("bench_fused -n 2", [*mpirun(2), sys.executable, "bench/bench_fused.py", "--record",
+                                  "--sizes", "2048" if quick else "2048,4096,8192"], 300)]
 
 
 def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, str, float]:
