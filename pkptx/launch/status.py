@@ -12,6 +12,7 @@ from ..errors import DeviceTimeoutError
 from .array import DeviceArray, empty
 
 WORDS = 8
+MBARRIER_FLAG_ID = 0xFFFFFFFF      # pkptx.primitives.mbarrier.MBARRIER_FLAG_ID (launch does not import primitives)
 DEFAULT_TIMEOUT_NS = 10 * 10**9
 
 
@@ -31,6 +32,10 @@ class DeviceStatus:
             return
         self.words.fill(0)
         budget = f" after {timeout_ns / 1e9:g} s" if timeout_ns else ""
+        if w[2] == MBARRIER_FLAG_ID:
+            raise DeviceTimeoutError(
+                f"{what}: rank {w[1]} timed out{budget} in block {w[5]} waiting for an mbarrier phase of parity "
+                f"{w[3]}: a TMA or bulk copy never completed (or its byte count was wrong)")
         raise DeviceTimeoutError(
             f"{what}: rank {w[1]} timed out{budget} waiting on flag {w[2]} for a value >= {w[3]} "
             f"(it saw {w[4]}; block {w[5]}): a peer never signalled (did every rank launch it?)")

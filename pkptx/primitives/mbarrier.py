@@ -10,21 +10,32 @@ from dataclasses import dataclass
 from ..isa import Builder, Reg, address, u32
 
 
-def wait_parity(b: Builder, bar_addr, parity, *, name: str = "mbwait") -> None:
+MBARRIER_FLAG_ID = 0xFFFFFFFF      # the "flag" an expired mbarrier wait reports
+
+
+def wait_parity(b: Builder, bar_addr, parity, *, deadline=None, name: str = "mbwait") -> None:
     """Spin until the barrier's phase with ``parity`` has completed.
 
     PTX::
 
         $L_mbwait:  mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity;
-                    @p bra $L_mbwait_end;  bra $L_mbwait;
+                    @p bra $L_mbwait_end;
+                    [with a deadline: mov.u64 t, %globaltimer; setp.gt.u64 late, t, end; @late <report, exit>]
+                    bra $L_mbwait;
         $L_mbwait_end:
 
     ``try_wait`` suspends in hardware for a bounded time per probe. Acquire at CTA scope is the
     default semantics, so data written by the completing TMA is visible to this thread afterwards.
+    With a :class:`sync.Deadline` a lost completion is reported (flag id ``MBARRIER_FLAG_ID``,
+    expected value the parity) instead of spinning forever; the GEMM mainloop does not pass one yet.
     """
     with b.loop(name) as lp:
         done = b.mbarrier_try_wait(address(bar_addr), parity, parity=True)
         lp.break_if(done)
+        if deadline is not None:
+            late = b.setp("gt", "u64", b.special("globaltimer"), deadline.end, name="mb_late")
+            with b.if_then(late):
+                deadline.report(b, MBARRIER_FLAG_ID, parity, 0)
 
 
 @dataclass(frozen=True)

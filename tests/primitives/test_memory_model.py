@@ -255,8 +255,9 @@ def test_every_test_kernel_follows_the_rules(name, kernel):
 
 
 # ------------------------------------------------------------------------------------------ known violations
-@pytest.mark.xfail(strict=True, reason="primitive bug: wait_parity spins on mbarrier.try_wait with no "
-                   "%globaltimer budget and no status report, so a lost TMA completion hangs the GPU (pk-design 5)")
+@pytest.mark.xfail(strict=True, reason="open: wait_parity without a deadline (the GEMM mainloop's waits) spins "
+                   "on mbarrier.try_wait with no %globaltimer budget, so a lost TMA completion hangs the GPU "
+                   "(pk-design 5); passing a Deadline bounds it (next test)")
 def test_mbarrier_waits_are_bounded():
     sc = Scratch()
     sc.emit(lambda b: wait_parity(b, sc.bars, 0))
@@ -266,3 +267,13 @@ def test_mbarrier_waits_are_bounded():
 
 def test_the_test_kernels_are_kernels():
     assert all(isinstance(k, Kernel) for _, k in TEST_KERNELS) and len(set(TEST_IDS)) == len(TEST_IDS)
+
+
+def test_mbarrier_waits_with_a_deadline_are_bounded():
+    from pkptx.launch.status import MBARRIER_FLAG_ID as HOST_SIDE
+    from pkptx.primitives.mbarrier import MBARRIER_FLAG_ID
+    sc = Scratch()
+    sc.emit(lambda b: wait_parity(b, sc.bars, 0, deadline=sc.deadline))
+    lines, loops = S.mbarrier_loops(sc.assemble())
+    assert S.bounded(lines, loops[0]) == []
+    assert HOST_SIDE == MBARRIER_FLAG_ID

@@ -72,7 +72,7 @@ def build(cfg: Config = Config()):
                 b.bulk_wait_group(0, read=True)          # the last chunk has left shared memory
                 b.mbarrier_arrive_expect_tx(bar, size)
                 b.bulk_load(address(buf), address(b.add(u64, local, b.cvt(u64, u32, done))), size, bar)
-                wait_parity(b, bar, ctx.param("it"), name="chunk_in")
+                wait_parity(b, bar, ctx.param("it"), deadline=ctx.deadline, name="chunk_in")
                 b.xor("b32", ctx.param("it"), 1, into=ctx.param("it"))
                 for peer in b.range(0, ctx.world, name="dst"):
                     with b.if_then(b.setp("ne", u32, peer, ctx.rank, name="is_peer")):
