@@ -68,6 +68,11 @@ def _check_typed(value, rule: str, spec, mods, types) -> str | None:
             return f"float immediate {value.value} where .{slot} is expected"
         if slot is pred and value.value not in (0, 1):
             return f"predicate immediate must be 0 or 1, got {value.value}"
+        if isinstance(value.value, int) and slot.kind in ("b", "u", "s") and slot.bits <= 64:
+            low, high = -(1 << (slot.bits - 1)), (1 << slot.bits) - 1     # signed or unsigned spelling
+            if not low <= value.value <= high:
+                return (f"immediate {value.value} does not fit .{slot} ({slot.bits} bits: {low} .. {high}); "
+                        f"ptxas would truncate it silently")
         return None
     ty = value.type
     if rule.endswith("x2") and mods.get("mode") == "wide":

@@ -448,3 +448,21 @@ def test_shared_names_are_unique_identifiers(sb):
 def test_createpolicy_fraction_range(sb):
     with build_error("the createpolicy fraction is in (0, 1], got 1.5"):
         sb.b.createpolicy("L2::evict_last", fraction=1.5)
+
+
+@pytest.mark.parametrize("ty, value", [("u32", 1 << 32), ("u16", 70000), ("s32", -(1 << 31) - 1), ("u64", 1 << 64)])
+def test_immediates_that_do_not_fit_their_type(ty, value):
+    from pkptx.isa import Kernel
+    k = Kernel("imm_range", [])
+    b = k.builder()
+    x = b.mov(ty, 1)
+    with pytest.raises(PTXBuildError, match="does not fit"):
+        b.add(ty, x, value)
+
+
+@pytest.mark.parametrize("ty, value", [("u32", 0xFFFFFFFF), ("u32", -1), ("s32", -(1 << 31)), ("u64", (1 << 64) - 1)])
+def test_immediates_at_the_edges_of_their_type(ty, value):
+    from pkptx.isa import Kernel
+    k = Kernel("imm_edge", [])
+    b = k.builder()
+    b.add(ty, b.mov(ty, 1), value)
