@@ -55,3 +55,15 @@ def test_ag_gemm_pushes_every_row_block_its_consumers_wait_for(world, blocks_per
         order = [S.own_rows_first(tm, tiles_m, blocks_per_rank, rank) for tm in range(tiles_m)]
         assert sorted(order) == list(range(tiles_m))
         assert {S.row_owner(tm, blocks_per_rank) for tm in order[:blocks_per_rank]} == {rank}
+
+
+def test_fused_kernels_take_the_world_size_at_run_time():
+    """One cubin serves world sizes 2, 4, 8, ...: ``world`` is a kernel parameter, not a build input."""
+    import dataclasses
+
+    from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs
+    for module in (ag_gemm, gemm_rs, gemm_ar):
+        kernel = module.build(module.Config())
+        assert {"rank", "world"} <= {p.name for p in kernel.params}
+        assert not any("world" in f.name for f in dataclasses.fields(module.Config))
+        assert kernel.compile().resources.spills == 0
