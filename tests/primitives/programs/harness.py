@@ -126,6 +126,16 @@ class Case:
         self.run(f"device synchronize before '{what}'", self.env.finish, f"{self.section} {self.params}")
         self.meet(what)
 
+    def phases(self, prepare, launch, check, *, ready: str, done: str) -> None:
+        """The shape of every case: prepare, every rank meets (``ready``), launch, every rank meets
+        (``done``: all peers' writes visible), check, and the closing meeting."""
+        self.run("prepare", prepare)
+        self.sync_and_meet(ready)
+        self.run("launch", launch)
+        self.sync_and_meet(done)
+        self.run("check", check)
+        self.close()
+
     def expect(self, what: str, ok: bool, **detail) -> None:
         if not ok and not self.errors:
             self.errors.append(f"{what}: {json.dumps(detail, default=str)[:1500]}")

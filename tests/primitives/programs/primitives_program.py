@@ -168,12 +168,7 @@ def run_tma_store(env: Env, bufs: Buffers):
                               np.array_equal(seen, got.reshape(-1).view(np.uint8)),
                               **first_mismatch(seen, got.reshape(-1).view(np.uint8)))
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("destinations ready")
-            cs.run("launch", launch)
-            cs.sync_and_meet("stores done")
-            cs.run("check", check)
-            cs.close()
+            cs.phases(prepare, launch, check, ready="destinations ready", done="stores done")
 
         case()
     section(env, "tma_store", body)
@@ -218,12 +213,8 @@ def run_tma_load(env: Env, bufs: Buffers):
                 cs.expect("loaded tile (bitwise, zeros out of bounds)", np.array_equal(raw(got), raw(want)),
                           **first_mismatch(raw(got), raw(want)))
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("sources ready")
-            cs.run("launch", launch)
-            cs.sync_and_meet("loads done")       # no rank rewrites its source while a peer still loads
-            cs.run("check", check)
-            cs.close()
+            # "loads done": no rank rewrites its source while a peer still loads it
+            cs.phases(prepare, launch, check, ready="sources ready", done="loads done")
 
         case()
     section(env, "tma_load", body)
@@ -311,12 +302,7 @@ def run_bulk(env: Env, bufs: Buffers):
                     cs.expect(f"bulk {op} (exact)", np.array_equal(raw(got[i0:i1]), raw(want)),
                               **first_mismatch(raw(got[i0:i1]), raw(want)))
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("buffers ready")
-            cs.run("launch", launch)
-            cs.sync_and_meet("copies done")
-            cs.run("check", check)
-            cs.close()
+            cs.phases(prepare, launch, check, ready="buffers ready", done="copies done")
 
         case()
     section(env, "bulk", body)
@@ -374,13 +360,8 @@ def run_signal_wait(env: Env, bufs: Buffers):
                 cs.expect("counters end at base + launches*rounds*step (mod 2**32)", np.array_equal(counters, final),
                           got=counters.tolist(), want=final.tolist())
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("counters at base")
-            for n in range(c["launches"]):
-                cs.run(f"launch {n}", launch, n)
-            cs.sync_and_meet("rings done")
-            cs.run("check", check)
-            cs.close()
+            cs.phases(prepare, lambda: [launch(n) for n in range(c["launches"])], check,
+                      ready="counters at base", done="rings done")
 
         case()
     section(env, "signal_wait", body)
@@ -445,12 +426,7 @@ def run_vector_reduce(env: Env, bufs: Buffers):
                 cs.expect("reduced vectors (bitwise: f32 in rank order, one rounding; poison after)",
                           np.array_equal(raw(got), raw(want)), **first_mismatch(raw(got), raw(want)))
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("inputs ready")
-            cs.run("launch", launch)
-            cs.sync_and_meet("reduced")
-            cs.run("check", check)
-            cs.close()
+            cs.phases(prepare, launch, check, ready="inputs ready", done="reduced")
 
         case()
     section(env, "vector_reduce", body)
@@ -552,12 +528,7 @@ def run_peer_access(env: Env, bufs: Buffers):
                         cs.expect(f"red.add.{ty} within the rounding bound", bool(ok.all()),
                                   **bound_failure(got[:m], exact, ok))
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("buffers ready")
-            cs.run("launch", launch)
-            cs.sync_and_meet("peer accesses done")
-            cs.run("check", check)
-            cs.close()
+            cs.phases(prepare, launch, check, ready="buffers ready", done="peer accesses done")
 
         case()
     section(env, "peer_access", body)
@@ -601,12 +572,7 @@ def run_stage_ring(env: Env, bufs: Buffers):
                 cs.expect("pipelined copy (bytes; poison after)", np.array_equal(got, want),
                           **first_mismatch(got, want))
 
-            cs.run("prepare", prepare)
-            cs.sync_and_meet("sources ready")
-            cs.run("launch", launch)
-            cs.sync_and_meet("pipelines done")
-            cs.run("check", check)
-            cs.close()
+            cs.phases(prepare, launch, check, ready="sources ready", done="pipelines done")
 
         case()
     section(env, "stage_ring", body)
