@@ -38,14 +38,18 @@ class _HeapState:
     def layout_args(self, name: str, buf: SymmetricBuffer) -> dict:
         return {f"{name}_peers": buf.peer_table_ptr, f"{name}_mc": buf.multicast_ptr or 0}
 
-    def launch(self, kernel, nblocks: int, threads: int, world_size: int, stream, timeout_ns: int,
+    def launch(self, kernel, nblocks: int, threads: int, world_size: int, stream, timeout_ns: int, *,
+               smem: int | None = None, num_comm_sms: int | None = None, rounds: int = ROUNDS_PER_LAUNCH,
                **values) -> None:
+        """Launch a kernel that meets the other ranks ``rounds`` times on this heap's barrier flag (every
+        block of every rank adds 1 per round), and advance the flag's running total to match."""
         device = Device.current()
         args = dict(values, rank=self.flags.buffer.rank, world=world_size, status=device_status(device).ptr,
-                    timeout_ns=timeout_ns, num_comm_sms=nblocks, barrier_base=self.total,
-                    **self.layout_args("flags", self.flags.buffer))
-        kernel[nblocks, threads](*ordered_args(kernel, args), stream=stream)
-        self.total = (self.total + ROUNDS_PER_LAUNCH * world_size * nblocks) & _MASK32
+                    timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
+                    barrier_base=self.total, **self.layout_args("flags", self.flags.buffer))
+        config = (nblocks, threads) if smem is None else (nblocks, threads, smem)
+        kernel[config](*ordered_args(kernel, args), stream=stream)
+        self.total = (self.total + rounds * world_size * nblocks) & _MASK32
 
 
 _states: dict[int, _HeapState] = {}

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..launch import Device, DeviceArray, empty, from_numpy
 from ..launch.flags import FlagArray
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.status import DEFAULT_TIMEOUT_NS
 from ..launch.symmetric import SymmetricBuffer
 from ..launch.tensormap import TensorMap
 from ..templates.gemm_parts import TILE_K
@@ -22,7 +22,7 @@ from ..templates.kernels import gemm as gemm_kernel
 from ..templates.kernels import gemm_ar as ar_kernel
 from ..templates.kernels import gemm_rs as rs_kernel
 from . import collectives
-from .common import ArgumentError, load, ordered_args
+from .common import ArgumentError, load
 from .gemm import _NAMES, _as_array, _tensor_map, check_shapes, choose_config, gemm
 
 _MASK32 = (1 << 32) - 1
@@ -55,14 +55,10 @@ def _peer_tensor_maps(buf: SymmetricBuffer, shape, box) -> DeviceArray:
 
 def _launch(kernel, cfg, buf: SymmetricBuffer, world, *, num_comm_sms: int, rounds: int, stream, timeout_ns,
             **values) -> None:
-    state = collectives._state(buf)
-    device = Device.current()
-    grid = device.sm_count
-    args = dict(values, rank=world.rank, world=world.size, status=device_status(device).ptr, timeout_ns=timeout_ns,
-                num_comm_sms=num_comm_sms, barrier_base=state.total,
-                **state.layout_args("flags", state.flags.buffer))
-    kernel[grid, 128 * (1 + cfg.consumers), cfg.smem_bytes](*ordered_args(kernel, args), stream=stream)
-    state.total = (state.total + rounds * world.size * grid) & _MASK32
+    """A persistent grid (one block per SM) on ``buf``'s heap barrier."""
+    collectives._state(buf).launch(kernel, Device.current().sm_count, 128 * (1 + cfg.consumers), world.size,
+                                   stream, timeout_ns, smem=cfg.smem_bytes, num_comm_sms=num_comm_sms,
+                                   rounds=rounds, **values)
 
 
 def _plan(a: DeviceArray, b: DeviceArray, out_dtype, b_layout: str, m: int, n: int, k: int) -> gemm_kernel.Config:
