@@ -1,10 +1,15 @@
-"""nccl-tests-style sweep of pkptx's collectives: sizes 8 B to 1 GiB by powers of two, algbw and busbw,
-a correctness check at every size, median of CUDA-event timings.
+"""nccl-tests-style sweep of pkptx's collectives (all-reduce, all-gather, reduce-scatter, all-to-all):
+sizes 8 B to 1 GiB by powers of two, algbw and busbw, a correctness check at every size, median of
+CUDA-event timings.
 
 Run under MPI, one process per rank: ``mpirun -n 4 python bench/bench_collectives.py [--record]``.
-With several GPUs and torch.distributed available it also times NCCL on the same buffers; with all
-ranks on one GPU it reports what pkptx achieves (protocol overhead, not NVLink bandwidth).
-busbw follows nccl-tests: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, all-to-all (n-1)/n.
+With several GPUs and torch.distributed available it also times NCCL on the same sizes; with all ranks
+on one GPU it reports what pkptx achieves there (see the note it prints: not NVLink bandwidth).
+
+Sizes follow nccl-tests: the all-reduce and all-to-all buffer, the all-gather output, the
+reduce-scatter input. busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the other three.
+Inputs are small integers (exact in bf16 even when summed over 16 ranks), so every size is checked
+exactly against numpy.
 """
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ import numpy as np
 import common  # noqa: F401  (puts the checkout on sys.path)
 from common import report
 
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n}
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 
 
 def sizes(max_bytes: int, min_bytes: int = 8):
@@ -25,12 +32,71 @@ def sizes(max_bytes: int, min_bytes: int = 8):
         s *= 2
 
 
+def pattern(rank: int, n: int, dtype) -> np.ndarray:
+    """Rank ``rank``'s input: integers in [-7, 7], a different sequence per rank."""
+    return ((np.arange(n, dtype=np.int64) * 7 + rank * 3) % 15 - 7).astype(dtype)
+
+
+class Case:
+    """One collective at one size: its buffers, its launch, the expected result and the NCCL twin."""
+
+    def __init__(self, name: str, heap, world, n: int, dtype):
+        w, r = world.size, world.rank
+        self.name, self.world, self.n = name, world, n
+        shard = n // w
+        in_n, out_n = {"all_reduce": (n, n), "all_gather": (shard, n), "reduce_scatter": (n, shard),
+                       "all_to_all": (n, n)}[name]
+        self.src, self.dst = heap.alloc((in_n,), dtype), heap.alloc((out_n,), dtype)
+        self.src.local.copy_from_numpy(pattern(r, in_n, dtype))
+        self.dst.local.fill(np.nan)     # poison
+        inputs = lambda: [pattern(s, in_n, np.float64) for s in range(w)]   # noqa: E731
+        if name == "all_reduce":
+            self.want = lambda: np.sum(inputs(), axis=0)
+        elif name == "all_gather":
+            self.want = lambda: np.concatenate(inputs())
+        elif name == "reduce_scatter":
+            self.want = lambda: np.sum(inputs(), axis=0)[r * shard:(r + 1) * shard]
+        else:
+            self.want = lambda: np.concatenate([x[r * shard:(r + 1) * shard] for x in inputs()])
+
+    def run(self, stream) -> None:
+        from pkptx.ops import collectives
+        src, dst, world = self.src, self.dst, self.world
+        if self.name == "all_reduce":
+            collectives.all_reduce(src, world, out=dst, stream=stream)
+        elif self.name == "all_gather":
+            collectives.all_gather(src, world, dim=0, out=dst, stream=stream)
+        elif self.name == "reduce_scatter":
+            collectives.reduce_scatter(src, world, dim=0, out=dst, stream=stream)
+        else:
+            collectives.all_to_all(src, world, scatter_dim=0, gather_dim=0, out=dst, stream=stream)
+
+    def correct(self) -> bool:
+        return bool(np.array_equal(self.dst.local.to_numpy().astype(np.float64), self.want()))
+
+    def nccl_ms(self, dist, repeats: int, torch_dtype) -> float:
+        import nccl
+        import torch
+        w, n = self.world.size, self.n
+        big, other, small = (torch.ones(size, dtype=torch_dtype, device="cuda") for size in (n, n, n // w))
+        fn = {"all_reduce": lambda: dist.all_reduce(big),
+              "all_gather": lambda: dist.all_gather_into_tensor(big, small),
+              "reduce_scatter": lambda: dist.reduce_scatter_tensor(small, big),
+              "all_to_all": lambda: dist.all_to_all_single(other, big)}[self.name]
+        return nccl.time_ms(fn, repeats)
+
+    def free(self) -> None:
+        self.dst.free()
+        self.src.free()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--max-bytes", type=int, default=1 << 30)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     args = ap.parse_args()
     import ml_dtypes
     from pkptx.launch import Device, Stream, SymmetricHeap, World, time_cuda
@@ -41,59 +107,51 @@ def main() -> None:
     ordinal = world.device_ordinal()
     Device(ordinal).set_current()
     dist = nccl.start(world, ordinal)
+    torch_dtype = None
+    if dist is not None:
+        import torch
+        torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
     stream = Stream()
     item = np.dtype(dtype).itemsize
     heap = SymmetricHeap(world, 2 * args.max_bytes + (64 << 20))
-    rows, rng = [], np.random.default_rng(1234)
-    for nbytes in sizes(args.max_bytes, max(8, item)):
-        n = nbytes // item
-        src, dst = heap.alloc((n,), dtype), heap.alloc((n,), dtype)
-        inputs = [rng.standard_normal(n, dtype=np.float32).astype(dtype) for _ in range(world.size)] \
-            if n <= (1 << 22) else None
-        if inputs is not None:
-            src.local.copy_from_numpy(inputs[world.rank])
-        else:                       # large: a rank-dependent constant keeps the check cheap and exact
-            src.local.copy_from_numpy(np.full(n, world.rank + 1, dtype=dtype))
-        Device.current().synchronize()
-        world.barrier(what="inputs ready")
-        algorithm = "one_shot" if nbytes <= (1 << 20) else "two_shot"
-
-        def run():
-            collectives.all_reduce(src, world, out=dst, algorithm=algorithm, stream=stream)
-        run()
-        collectives.synchronize(stream, what=f"all_reduce {nbytes} B")
-        result = dst.local.to_numpy().astype(np.float64)
-        want = (np.sum([x.astype(np.float64) for x in inputs], axis=0) if inputs is not None
-                else np.full(n, world.size * (world.size + 1) / 2))
-        ok = bool(np.all(np.abs(result - want) <= 2 ** -7 * (np.abs(want) + world.size)))
-        world.barrier(what="checked")
-        t = time_cuda(run, stream=stream, warmup=2, repeats=args.repeats).median_ms
-        collectives.synchronize(stream, what="timed all_reduce")
-        algbw = nbytes / (t * 1e-3) / 1e9
-        row = [nbytes, n, algorithm, t * 1e3, algbw, algbw * BUS_FACTOR["all_reduce"](world.size),
-               "ok" if ok else "WRONG"]
-        if dist is not None:
-            import torch
-            tensor = torch.ones(n, dtype={2: torch.bfloat16 if args.dtype == "bf16" else torch.float16,
-                                          4: torch.float32}[item], device="cuda")
-            t_nccl = nccl.time_ms(lambda: dist.all_reduce(tensor), args.repeats)
-            row += [t_nccl * 1e3, nbytes / (t_nccl * 1e-3) / 1e9 * BUS_FACTOR["all_reduce"](world.size),
-                    f"{t_nccl / t:.3f}"]
-        rows.append(row)
-        dst.free()
-        src.free()
-        world.barrier(what="size done")
-    if world.rank == 0:
-        gpus = Device.available()
-        note = ("All ranks on one GPU: these figures measure pkptx's protocol overhead, not NVLink."
-                if gpus < world.size else "")
-        headers = ["bytes", "elements", "algorithm", "time us", "algbw GB/s", "busbw GB/s", "check"]
-        if dist is not None:
-            headers += ["NCCL us", "NCCL busbw GB/s", "NCCL time / pkptx time"]
-        report(f"all_reduce {args.dtype}, {world.size} rank(s) on {gpus} GPU(s)", headers, rows,
-               note + " Median of CUDA-event timings" + ("; NCCL through torch.distributed in the same run."
-                                                        if dist is not None else "; NCCL needs a GPU per rank."),
-               args.record)
+    gpus = Device.available()
+    for name in args.collectives.split(","):
+        rows = []
+        for nbytes in sizes(args.max_bytes, max(8, item)):
+            n = nbytes // item // world.size * world.size      # every rank's shard equal
+            if n == 0:
+                continue
+            case = Case(name, heap, world, n, dtype)
+            Device.current().synchronize()
+            world.barrier(what=f"{name} inputs ready")
+            case.run(stream)
+            collectives.synchronize(stream, what=f"{name} {nbytes} B")
+            ok = case.correct()
+            world.barrier(what="checked")
+            t = time_cuda(lambda: case.run(stream), stream=stream, warmup=2, repeats=args.repeats).median_ms
+            collectives.synchronize(stream, what=f"timed {name}")
+            size = n * item
+            algbw = size / (t * 1e-3) / 1e9
+            row = [size, n, t * 1e3, algbw, algbw * BUS_FACTOR[name](world.size), "ok" if ok else "WRONG"]
+            if dist is not None:
+                t_nccl = case.nccl_ms(dist, args.repeats, torch_dtype)
+                row += [t_nccl * 1e3, size / (t_nccl * 1e-3) / 1e9 * BUS_FACTOR[name](world.size),
+                        f"{t_nccl / t:.3f}"]
+            rows.append(row)
+            case.free()
+            world.barrier(what="size done")
+        if world.rank == 0:
+            headers = ["bytes", "elements", "time us", "algbw GB/s", "busbw GB/s", "check"]
+            if dist is not None:
+                headers += ["NCCL us", "NCCL busbw GB/s", "NCCL time / pkptx time"]
+            shared = gpus < world.size
+            note = ((f"All {world.size} ranks share one GPU, time-sliced between their processes: the "
+                     "figures measure the protocol plus context switches, not NVLink. " if shared and
+                     world.size > 1 else "") + "Median of CUDA-event timings; " +
+                    ("NCCL through torch.distributed in the same run." if dist is not None else
+                     "no NCCL column: NCCL needs a GPU per rank."))
+            report(f"{name} {args.dtype}, {world.size} rank(s) on {min(gpus, world.size)} GPU(s)", headers,
+                   rows, note, args.record)
     heap.close()
     world.close()
 

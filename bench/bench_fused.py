@@ -38,7 +38,7 @@ def main() -> None:
     dist = nccl.start(world, ordinal)
     stream, w, bf16 = Stream(), world.size, ml_dtypes.bfloat16
     sizes = [int(s) for s in args.sizes.split(",")]
-    heap = SymmetricHeap(world, 4 * max(sizes) ** 2 * 2 + (256 << 20))
+    heap = SymmetricHeap(world, 6 * max(sizes) ** 2 * 2 + (256 << 20))   # the GEMM+RS step holds 5 N x N bf16 buffers at W=1
     rng = np.random.default_rng(7 + world.rank)
     rows = []
 
@@ -80,13 +80,13 @@ def main() -> None:
         rows_r = slice(world.rank * (n // w), (world.rank + 1) * (n // w))
         full.local.copy_from_numpy(np.pad(shard.local.to_numpy(), ((rows_r.start, n - rows_r.stop), (0, 0))))
         world.barrier(what="ag inputs")
-        fused_out = pkptx.ag_gemm(full, b, world, num_comm_sms=args.num_comm_sms, stream=stream)
+        fused_out = pkptx.ag_gemm(full, b, world, num_comm_sms=args.num_comm_sms, fused=True, stream=stream)
         gathered = heap.alloc((n, n), bf16)
         pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream)
         plain_out = pkptx.gemm(gathered.local, b, stream=stream)
         pkptx.synchronize(stream)
         err = rel(fused_out.to_numpy(), plain_out.to_numpy())
-        t_fused = timed(lambda: pkptx.ag_gemm(full, b, world, out=fused_out, num_comm_sms=args.num_comm_sms,
+        t_fused = timed(lambda: pkptx.ag_gemm(full, b, world, out=fused_out, num_comm_sms=args.num_comm_sms, fused=True,
                                               stream=stream))
         t_comm = timed(lambda: pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream))
         t_gemm = timed(lambda: pkptx.gemm(gathered.local, b, plain_out, stream=stream))
@@ -101,23 +101,23 @@ def main() -> None:
         rs_out, rs_plain = heap.alloc((n // w, n), np.float32), heap.alloc((n // w, n), bf16)
         ar_out = heap.alloc((n, n), bf16)
         world.barrier(what="rs inputs")
-        pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream)
+        pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream, fused=True)
         pkptx.gemm(a, b, partial.local, stream=stream)
         pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream)
         pkptx.synchronize(stream)
         err = rel(rs_out.local.to_numpy(), rs_plain.local.to_numpy())
-        t_fused = timed(lambda: pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream))
+        t_fused = timed(lambda: pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream, fused=True))
         t_gemm = timed(lambda: pkptx.gemm(a, b, partial.local, stream=stream))
         t_comm = timed(lambda: pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream))
         rows.append(["gemm_rs", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
                      f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
                     + baseline("gemm_rs", n, t_fused))
-        pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, stream=stream)
+        pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, fused=True, stream=stream)
         pkptx.gemm(a, b, partial.local, stream=stream)
         pkptx.all_reduce(partial, world, stream=stream)
         pkptx.synchronize(stream)
         err = rel(ar_out.local.to_numpy(), partial.local.to_numpy())
-        t_fused = timed(lambda: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms,
+        t_fused = timed(lambda: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, fused=True,
                                               stream=stream))
         t_comm = timed(lambda: pkptx.all_reduce(partial, world, stream=stream))
         rows.append(["gemm_ar", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
@@ -130,7 +130,8 @@ def main() -> None:
         report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {gpus} GPU(s)",
                ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
                 "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
-               ("All ranks on one GPU: protocol overhead only, not NVLink. " if gpus < w else "")
+               (f"All {w} ranks share one GPU, time-sliced between their processes: protocol overhead and "
+                "context switches, not NVLink. " if gpus < w and w > 1 else "")
                + f"num_comm_sms={args.num_comm_sms}; median of CUDA events; shapes per GPU as in pk-design 7.",
                args.record)
     heap.close()

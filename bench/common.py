@@ -50,6 +50,22 @@ def host_us(fn, calls: int = 5000, rounds: int = 7, device: Device | None = None
     return statistics.median(samples)
 
 
+def host_us_interleaved(fns, calls: int = 5000, rounds: int = 9, device: Device | None = None) -> list[float]:
+    """Like :func:`host_us` for several ways of doing the same thing, with their rounds interleaved
+    (A B C A B C ...), so drifts of a shared host's speed hit every way alike; one median per ``fn``."""
+    device = device or Device.current()
+    samples = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, mine in zip(fns, samples):
+            device.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            mine.append((time.perf_counter() - t0) / calls * 1e6)
+    device.synchronize()
+    return [statistics.median(s) for s in samples]
+
+
 def event_ms(fn, stream, *, repeats: int = 20, warmup: int = 3, flush_l2: bool = False) -> float:
     """Median CUDA-event time of ``fn()`` (queued on ``stream``), in ms."""
     return time_cuda(fn, stream=stream, warmup=warmup, repeats=repeats, flush_l2=flush_l2).median_ms

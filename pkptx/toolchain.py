@@ -38,10 +38,10 @@ class Resources:
 
 @dataclass(frozen=True)
 class Cubin:
-    data: bytes
+    data: bytes = field(repr=False)
     arch: str
     resources: Resources
-    log: str
+    log: str = field(repr=False)
     key: str
     from_cache: bool = False
     seconds: float = 0.0
@@ -186,8 +186,8 @@ class CompiledKernel:
     required cluster shape, ``dynamic_smem`` the dynamic shared memory in bytes it needs by default.
     """
     entry: str
-    params: tuple
-    ptx: str
+    params: tuple = field(repr=False)
+    ptx: str = field(repr=False)
     cubin: Cubin
     arch: str
     block: tuple[int, int, int] | None = None

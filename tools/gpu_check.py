@@ -4,7 +4,7 @@ benchmarks, then one short table. Run from the checkout on the GPU machine:
     PKPTX_DISABLE_MULTICAST=1 python3 tools/gpu_check.py [--quick] [--only tests|bench]
 
 Each step has its own time limit, so one stuck step cannot eat the whole lease. Benchmarks append to
-bench/RESULTS.md (copied to $OUT when that is set, so the results come back).
+bench/RESULTS.md; it and an archive of every step's log go to $OUT (or probe/out) after each step.
 """
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 90), ("launch", "tests/launch", 150),
+TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 90), ("copy", "tests/templates/test_copy_gpu.py", 60),
+               ("launch", "tests/launch", 150),
                ("fused", "tests/templates/test_fused_gpu.py", 150),
                ("collectives", "tests/templates/test_collectives_gpu.py", 240), ("primitives", "tests/primitives", 200)]
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)
@@ -34,10 +37,14 @@ def benches(quick: bool) -> list[tuple[str, list[str], int]]:
     return [("bench_launch", [sys.executable, "bench/bench_launch.py", "--record", *q], 150),
             ("bench_gemm", [sys.executable, "bench/bench_gemm.py", "--record", *q], 150),
             ("bench_tma", [sys.executable, "bench/bench_tma.py", "--record", *q], 100),
+            ("bench_collectives -n 1", [*mpirun(1), sys.executable, "bench/bench_collectives.py", "--record",
+                                        "--max-bytes", str(1 << (24 if quick else 28))], 120),
             ("bench_collectives -n 4", [*mpirun(4), sys.executable, "bench/bench_collectives.py", "--record",
-                                        "--max-bytes", str(1 << (24 if quick else 28))], 200),
+                                        "--max-bytes", str(1 << (20 if quick else 24))], 150),
+            ("bench_fused -n 1", [*mpirun(1), sys.executable, "bench/bench_fused.py", "--record",
+                                  "--sizes", "2048" if quick else "2048,4096,8192,16384"], 150),
             ("bench_fused -n 2", [*mpirun(2), sys.executable, "bench/bench_fused.py", "--record",
-                                  "--sizes", "2048" if quick else "2048,4096,8192"], 300)]
+                                  "--sizes", "2048" if quick else "2048,4096"], 150)]
 
 
 def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, str, float]:
@@ -58,6 +65,16 @@ def pytest_summary(out: str) -> str:
     return lines[-1].strip("= ") if lines else out.strip().splitlines()[-1][:100] if out.strip() else "no output"
 
 
+def save(out_dir: Path, logs: Path) -> None:
+    """After every step (a later one may be cut off): every log in one archive, and RESULTS.md, in
+    ``out_dir`` (the device tool brings back only a few files)."""
+    with tarfile.open(out_dir / "logs.tar.gz", "w:gz") as tar:
+        for log in sorted(logs.iterdir()):
+            tar.add(log, arcname=log.name)
+    if (ROOT / "bench" / "RESULTS.md").exists():
+        shutil.copy(ROOT / "bench" / "RESULTS.md", out_dir / "RESULTS.md")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -68,6 +85,7 @@ def main() -> int:
         return 2
     out_dir = Path(os.environ.get("OUT", ROOT / "probe" / "out"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="pkptx-gpu-check-"))
     rows = []
     wanted = set(filter(None, os.environ.get(BUDGET_ENV, "").split(",")))
     pick = (lambda name: not wanted or name in wanted)
@@ -76,20 +94,20 @@ def main() -> int:
             if not pick(name):
                 continue
             rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
-                                 path], out_dir / f"test_{name}.log", limit)
+                                 path], logs / f"test_{name}.log", limit)
             rows.append((f"tests {name}", "ok" if rc == 0 else f"rc={rc}", pytest_summary(out), secs))
             print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
+            save(out_dir, logs)
     if args.only != "tests":
         for name, cmd, limit in benches(args.quick):
             if not pick(name.split()[0]):
                 continue
-            rc, out, secs = run(cmd, out_dir / f"{name.split()[0]}.log", limit)
+            rc, out, secs = run(cmd, logs / (name.replace(" -n ", "_n") + ".log"), limit)
             ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
             rows.append((name, "ok" if rc == 0 else f"rc={rc}", ("last column " + " ".join(ratios[-6:]))
                          if ratios else out.strip().splitlines()[-1][:90] if out.strip() else "", secs))
             print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
-    if (ROOT / "bench" / "RESULTS.md").exists() and "OUT" in os.environ:
-        shutil.copy(ROOT / "bench" / "RESULTS.md", out_dir / "RESULTS.md")
+            save(out_dir, logs)
     print("\n| step | status | result | seconds |\n|---|---|---|---|")
     for name, status, result, secs in rows:
         print(f"| {name} | {status} | {result} | {secs:.0f} |")

@@ -26,19 +26,16 @@ from .common import ArgumentError, load
 from .gemm import _NAMES, _as_array, _tensor_map, check_shapes, choose_config, gemm
 
 _MASK32 = (1 << 32) - 1
-_epochs: dict = {}
 _flag_arrays: dict = {}
 _tmap_tables: dict = {}
 
 
-def _epoch(key) -> int:
-    _epochs[key] = (_epochs.get(key, 0) + 1) & _MASK32
-    return _epochs[key]
+def _flags(purpose: str, buf: SymmetricBuffer, count: int) -> FlagArray:
+    """A flag array beside ``buf`` (same heap), made once per purpose, buffer place and count.
 
-
-def _flags(buf: SymmetricBuffer, count: int) -> FlagArray:
-    """A flag array beside ``buf`` (same heap), made once per buffer and count."""
-    key = (id(buf.heap), buf.offset, count)
+    Its counters only grow, so its epoch must travel with it: every launch takes ``advance()``. Two
+    kernels must never share one (their epochs would disagree), hence ``purpose`` in the key."""
+    key = (purpose, id(buf.heap), buf.offset, count)
     if key not in _flag_arrays:
         _flag_arrays[key] = FlagArray(buf.heap, count)
     return _flag_arrays[key]
@@ -172,14 +169,14 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     if not isinstance(num_comm_sms, int) or not 1 <= num_comm_sms < Device.current().sm_count:
         raise ArgumentError(f"ag_gemm: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
                             f"got {num_comm_sms!r}")
-    ready = _flags(a_shard, -(-m // cfg.gemm.tile_m))
+    ready = _flags("ag_gemm ready", a_shard, -(-m // cfg.gemm.tile_m))
     kernel = load(ag_kernel.build, cfg, Device.current())
     state = collectives._state(a_shard)
     _launch(kernel, cfg.gemm, a_shard, world, num_comm_sms=num_comm_sms, rounds=1, stream=stream,
             timeout_ns=timeout_ns, **_gemm_args(cfg.gemm, _tensor_map(a_shard.local, (cfg.gemm.tile_m, TILE_K)), b,
                                                k, m, n),
             tmap_c=_tensor_map(out, cfg.gemm.c_box), rows_per_rank=m // world.size, row_bytes=k * 2,
-            epoch=_epoch(("ag", id(ready))), **state.layout_args("a", a_shard),
+            epoch=ready.advance() & _MASK32, **state.layout_args("a", a_shard),
             **state.layout_args("ready", ready.buffer))
     return out
 
@@ -207,11 +204,11 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
         raise ArgumentError(f"gemm_ar: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
                             f"got {num_comm_sms!r}")
     tiles = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n)
-    done = _flags(out, tiles)
+    done = _flags("gemm_ar done", out, tiles)
     kernel = load(ar_kernel.build, cfg, Device.current())
     state = collectives._state(out)
     _launch(kernel, cfg.gemm, out, world, num_comm_sms=num_comm_sms, rounds=1, stream=stream, timeout_ns=timeout_ns,
             **_gemm_args(cfg.gemm, _tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
-            tmap_c=_tensor_map(out.local, cfg.gemm.c_box), m=m, n=n, epoch=_epoch(("ar", id(done))),
+            tmap_c=_tensor_map(out.local, cfg.gemm.c_box), m=m, n=n, epoch=done.advance() & _MASK32,
             **state.layout_args("c", out), **state.layout_args("done", done.buffer))
     return out

@@ -54,10 +54,8 @@ def test_tma_through_an_unfenced_map_table(mpi_run):
     assert not got["failures"], got["failures"]
 
 
-@pytest.mark.xfail(strict=True, reason="launch bug: TensorMap.tiled of a 1-D tensor passes an empty globalStrides "
-                   "list, which cuTensorMapEncodeTiled refuses (CUDA_ERROR_INVALID_VALUE); any non-NULL array "
-                   "works, since the driver reads rank - 1 = 0 entries")
 def test_rank1_tensor_map_encodes(gpu):
+    """Regression: rank 1 once passed an empty globalStrides list, which the driver refuses."""
     import numpy as np
 
     from pkptx.launch import TensorMap, empty

@@ -19,7 +19,7 @@ from mpi_programs import launcher  # noqa: E402
 def test_fused_kernels_match_numpy(gpu, ranks):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = rank_env(PKPTX_EXAMPLES="8" if ranks < 4 else "5")
+    env = rank_env(PKPTX_EXAMPLES="18" if ranks < 4 else "12")
     proc, results = launcher.run(ranks, "../../templates/programs/fused_program.py", env=env, timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
