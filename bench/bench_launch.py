@@ -18,6 +18,8 @@ from pkptx.isa import Param
 from pkptx.isa import types as T
 from pkptx.launch import Device, Kernel, LaunchConfig, Stream, empty, from_numpy, launch
 from pkptx.launch.driver import call, check, driver
+from pkptx.ops.collectives import synchronize
+from pkptx.ops.copy import bulk_copy
 from pkptx.templates.kernels import copy as copy_kernel
 
 COPY_SWEEP = ((copy_kernel.Config().chunk, copy_kernel.Config().stages, copy_kernel.CTAS_PER_SM),
@@ -130,11 +132,12 @@ def bench_bulk_copy(args) -> None:
     rows = [["cuMemcpyDtoDAsync", "-", base_ms, gbps(base_ms), "1.00"]]
     for chunk, stages, per_sm in COPY_SWEEP:
         cfg = copy_kernel.Config(chunk=chunk, stages=stages)
-        run = Kernel.load(copy_kernel.build(cfg).compile(), device)[device.sm_count * per_sm, 32, cfg.smem_bytes]
+        run = lambda: bulk_copy(dst, src, config=cfg, ctas_per_sm=per_sm, stream=stream)  # noqa: E731
         dst.fill(0xA5, stream)
-        run(dst, src, nbytes, stream=stream)
+        run()
+        synchronize(stream, what=f"bulk copy {cfg}")
         verify(f"bulk copy {cfg}")
-        ms = event_ms(lambda: run(dst, src, nbytes, stream=stream), stream, repeats=repeats)
+        ms = event_ms(run, stream, repeats=repeats)
         rows.append([f"bulk copy {chunk // 1024} KiB x {stages}, {per_sm} CTA/SM", f"{device.sm_count * per_sm}",
                      ms, gbps(ms), f"{base_ms / ms:.3f}"])
     best = max(rows[1:], key=lambda r: float(r[4]))

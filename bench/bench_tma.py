@@ -24,6 +24,7 @@ from common import event_ms, parse_args, report
 from pkptx.isa import Kernel, Param, address, b32, u32, u64
 from pkptx.launch import Device, Kernel as Loaded, Stream, capture, empty, from_numpy
 from pkptx.launch.driver import call
+from pkptx.ops.copy import bulk_copy as pkptx_bulk_copy
 from pkptx.templates.kernels import copy as bulk_copy
 
 SIZES = [1 << k for k in range(7, 21)]          # 128 B .. 1 MiB
@@ -65,15 +66,9 @@ class Copies:
     def __init__(self, device: Device, stream: Stream):
         self.device, self.stream, self.sms = device, stream, device.sm_count
         self.reg = Loaded.load(register_copy().compile(), device)
-        self._tma: dict = {}
 
     def tma(self, dst, src, nbytes: int) -> None:
-        cfg = tma_config(nbytes, self.sms)
-        kernel = self._tma.get(cfg)
-        if kernel is None:
-            kernel = self._tma[cfg] = Loaded.load(bulk_copy.build(cfg).compile(), self.device)
-        grid = max(1, min(self.sms, -(-nbytes // cfg.chunk)))
-        kernel[grid, 32, cfg.smem_bytes](dst, src, nbytes, stream=self.stream)
+        pkptx_bulk_copy(dst, src, nbytes, config=tma_config(nbytes, self.sms), ctas_per_sm=1, stream=self.stream)
 
     def register(self, dst, src, nbytes: int) -> None:
         n_vec = nbytes // 16

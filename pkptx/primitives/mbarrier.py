@@ -13,7 +13,7 @@ from ..isa import Builder, Reg, address, u32
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # the "flag" an expired mbarrier wait reports
 
 
-def wait_parity(b: Builder, bar_addr, parity, *, deadline=None, name: str = "mbwait") -> None:
+def wait_parity(b: Builder, bar_addr, parity, *, deadline, name: str = "mbwait") -> None:
     """Spin until the barrier's phase with ``parity`` has completed.
 
     PTX::
@@ -26,8 +26,11 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline=None, name: str = "mbw
 
     ``try_wait`` suspends in hardware for a bounded time per probe. Acquire at CTA scope is the
     default semantics, so data written by the completing TMA is visible to this thread afterwards.
-    With a :class:`sync.Deadline` a lost completion is reported (flag id ``MBARRIER_FLAG_ID``,
-    expected value the parity) instead of spinning forever; the GEMM mainloop does not pass one yet.
+    ``deadline`` (a :class:`sync.Deadline`) is required, so that a lost completion (a wrong expect-tx
+    count, a copy that faulted) is reported with flag id ``MBARRIER_FLAG_ID`` and the parity as the
+    expected value instead of hanging the GPU (pk-design 5). The clock is read only after a failed
+    probe, so a wait that succeeds first time costs nothing extra. ``deadline=None`` is an explicit
+    opt-out for test kernels whose host bounds the whole launch.
     """
     with b.loop(name) as lp:
         done = b.mbarrier_try_wait(address(bar_addr), parity, parity=True)

@@ -164,7 +164,7 @@ def tma_copy_2d() -> Kernel:
         b.fence_mbarrier_init()
         b.mbarrier_arrive_expect_tx(address(bar), b.load_param("box_bytes"))
         b.tensor_load(address(tile), src, (col, row), address(bar))
-        wait_parity(b, bar, 0, name="loaded")          # acquire: the tile's bytes are visible here
+        wait_parity(b, bar, 0, deadline=None, name="loaded")   # acquire: the tile's bytes are visible here
         b.fence_proxy_async("shared::cta")             # ... and to the async proxy that stores them
         b.tensor_store(dst, (col, row), address(tile))
         b.bulk_commit_group()

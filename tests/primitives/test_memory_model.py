@@ -254,15 +254,20 @@ def test_every_test_kernel_follows_the_rules(name, kernel):
     assert S.unpublished_signals(S.body_lines(kernel.render())) == [], name
 
 
-# ------------------------------------------------------------------------------------------ known violations
-@pytest.mark.xfail(strict=True, reason="open: wait_parity without a deadline (the GEMM mainloop's waits) spins "
-                   "on mbarrier.try_wait with no %globaltimer budget, so a lost TMA completion hangs the GPU "
-                   "(pk-design 5); passing a Deadline bounds it (next test)")
-def test_mbarrier_waits_are_bounded():
+@pytest.mark.parametrize("module", catalog.KERNEL_MODULES)
+def test_every_catalogued_kernel_mbarrier_wait_is_bounded(module):
+    """pk-design 5: every spin-wait has a budget, the TMA completions' too (a wrong expect-tx count would
+    otherwise hang the GPU)."""
+    for kernel in import_module(module).catalog():
+        lines, loops = S.mbarrier_loops(kernel.render())
+        for lp in loops:
+            assert S.bounded(lines, lp) == [], (kernel.name, lp.head, S.bounded(lines, lp))
+
+
+def test_wait_parity_needs_a_deadline_or_an_explicit_none():
     sc = Scratch()
-    sc.emit(lambda b: wait_parity(b, sc.bars, 0))
-    lines, loops = S.mbarrier_loops(sc.assemble())
-    assert S.bounded(lines, loops[0]) == []
+    with pytest.raises(TypeError, match="deadline"):
+        wait_parity(sc.b, sc.bars, 0)
 
 
 def test_the_test_kernels_are_kernels():

@@ -378,7 +378,7 @@ def test_stage_ring_init_and_addresses(stages, arrivals, target):
 def test_wait_parity_is_a_try_wait_loop(parity, target):
     sc = Scratch(target=target)
     p = sc.b.and_(b32, sc.idx, 1) if parity == "r" else parity
-    lines = sc.emit(lambda b: wait_parity(b, sc.bars, p))
+    lines = sc.emit(lambda b: wait_parity(b, sc.bars, p, deadline=None))
     assert lines == ["$L:", f"mbarrier.try_wait.parity.shared::cta.b64 %r, [%r], {imm_or_reg(parity)};",
                      "@%r bra $L;", "bra $L;", "$L:"]
     sc.assemble()

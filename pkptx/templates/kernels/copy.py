@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import PTXBuildError
 from ...isa import Kernel, Param, address, b32, u32, u64
 from ...primitives import StageRing, wait_parity
+from ...primitives.sync import Deadline
 
 
 CTAS_PER_SM = 12
@@ -37,10 +38,12 @@ class Config:
 
 
 def build(cfg: Config = Config()) -> Kernel:
-    """Params: dst, src (device addresses), nbytes (u64, multiple of 16). Launch ``CTAS_PER_SM`` blocks of
-    32 threads per SM, each with ``cfg.smem_bytes`` of dynamic shared memory."""
+    """Params: dst, src (device addresses), nbytes (u64, multiple of 16), then the status words and
+    timeout (``Deadline.params``) that bound its waits. Launch ``CTAS_PER_SM`` blocks of 32 threads per
+    SM, each with ``cfg.smem_bytes`` of dynamic shared memory."""
     k = Kernel(f"bulk_copy_c{cfg.chunk}_s{cfg.stages}",
-               [Param("dst", u64, pointer=True), Param("src", u64, pointer=True), Param("nbytes", u64)],
+               [Param("dst", u64, pointer=True), Param("src", u64, pointer=True), Param("nbytes", u64),
+                *Deadline.params()],
                req_threads=32, dynamic_smem=cfg.smem_bytes)
     b = k.builder()
     data = b.mov(u32, k.dynamic_shared(align=128), name="stage0")
@@ -49,6 +52,7 @@ def build(cfg: Config = Config()) -> Kernel:
     ring.init(b, 1, leader=leader)
     with b.if_then(leader):
         dst, src, nbytes = b.load_param("dst"), b.load_param("src"), b.load_param("nbytes")
+        deadline = Deadline.start(b, rank=b.mov(u32, 0, name="rank"))
         cta, nctas = b.cvt(u64, u32, b.special("ctaid.x")), b.cvt(u64, u32, b.special("nctaid.x"))
         chunks = b.div(u64, b.add(u64, nbytes, cfg.chunk - 1), cfg.chunk)
         mine = b.div(u64, b.add(u64, b.sub(u64, chunks, cta, name="left"), b.sub(u64, nctas, 1)), nctas,
@@ -72,7 +76,7 @@ def build(cfg: Config = Config()) -> Kernel:
                 issue_load(j, b.cvt(u32, u64, j, name="pro_stage"))
             stage, parity = b.mov(u32, 0, name="stage"), b.mov(u32, 0, name="parity")   # of chunk j
             for j in b.range(0, mine, ty=u64, name="j"):
-                wait_parity(b, ring.bar(b, stage), parity)
+                wait_parity(b, ring.bar(b, stage), parity, deadline=deadline)
                 off, size, smem = chunk_io(j, stage)
                 b.bulk_store(address(b.add(u64, dst, off)), address(smem), size)
                 b.bulk_commit_group()

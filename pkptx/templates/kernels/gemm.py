@@ -108,7 +108,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
             row, col = b.mul(u32, tm, cfg.tile_m, mode="lo"), b.mul(u32, tn, cfg.tile_n, mode="lo")
             for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
                 stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), name="wait_free")
+                wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
+                            name="wait_free")
                 full = ctx.rings["full"].bar(b, stage)
                 b.mbarrier_arrive_expect_tx(full, cfg.a_bytes + cfg.b_bytes)
                 k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
@@ -136,7 +137,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
 
         for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
             stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-            wait_parity(b, ctx.rings["full"].bar(b, stage), phase, name="wait_full")
+            wait_parity(b, ctx.rings["full"].bar(b, stage), phase, deadline=ctx.deadline, name="wait_full")
             a_tile = b.mad(u32, stage, cfg.a_bytes, b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo"),
                            mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
