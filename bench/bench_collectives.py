@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 import common  # noqa: F401  (puts the checkout on sys.path)
-from common import report
+from common import GPU_ONLY_NS, report
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -128,11 +128,13 @@ def main() -> None:
             collectives.synchronize(stream, what=f"{name} {nbytes} B")
             ok = case.correct()
             world.barrier(what="checked")
-            t = time_cuda(lambda: case.run(stream), stream=stream, warmup=2, repeats=args.repeats).median_ms
+            t = time_cuda(lambda: case.run(stream), stream=stream, warmup=2, repeats=args.repeats,
+                          hold_ns=GPU_ONLY_NS).median_ms
+            t_call = time_cuda(lambda: case.run(stream), stream=stream, warmup=0, repeats=args.repeats).median_ms
             collectives.synchronize(stream, what=f"timed {name}")
             size = n * item
             algbw = size / (t * 1e-3) / 1e9
-            row = [size, n, t * 1e3, algbw, algbw * BUS_FACTOR[name](world.size), "ok" if ok else "WRONG"]
+            row = [size, n, t * 1e3, t_call * 1e3, algbw, algbw * BUS_FACTOR[name](world.size), "ok" if ok else "WRONG"]
             if dist is not None:
                 t_nccl = case.nccl_ms(dist, args.repeats, torch_dtype)
                 row += [t_nccl * 1e3, size / (t_nccl * 1e-3) / 1e9 * BUS_FACTOR[name](world.size),
@@ -141,13 +143,14 @@ def main() -> None:
             case.free()
             world.barrier(what="size done")
         if world.rank == 0:
-            headers = ["bytes", "elements", "time us", "algbw GB/s", "busbw GB/s", "check"]
+            headers = ["bytes", "elements", "time us", "call us", "algbw GB/s", "busbw GB/s", "check"]
             if dist is not None:
                 headers += ["NCCL us", "NCCL busbw GB/s", "NCCL time / pkptx time"]
             shared = gpus < world.size
             note = ((f"All {world.size} ranks share one GPU, time-sliced between their processes: the "
                      "figures measure the protocol plus context switches, not NVLink. " if shared and
-                     world.size > 1 else "") + "Median of CUDA-event timings; " +
+                     world.size > 1 else "") + "Median of CUDA-event timings; time: GPU time (a GPU spin before each repeat hides the host), "
+                    "algbw from it; call: from the Python call on an idle GPU, host overhead included; " +
                     ("NCCL through torch.distributed in the same run." if dist is not None else
                      "no NCCL column: NCCL needs a GPU per rank."))
             report(f"{name} {args.dtype}, {world.size} rank(s) on {min(gpus, world.size)} GPU(s)", headers,

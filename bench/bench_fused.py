@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 import common  # noqa: F401  (puts the checkout on sys.path)
-from common import report
+from common import GPU_ONLY_NS, report
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     rows = []
 
     def timed(fn):
-        t = time_cuda(fn, stream=stream, warmup=2, repeats=args.repeats).median_ms
+        t = time_cuda(fn, stream=stream, warmup=2, repeats=args.repeats, hold_ns=GPU_ONLY_NS).median_ms
         pkptx.synchronize(stream)
         return t
 
@@ -132,7 +132,8 @@ def main() -> None:
                 "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
                (f"All {w} ranks share one GPU, time-sliced between their processes: protocol overhead and "
                 "context switches, not NVLink. " if gpus < w and w > 1 else "")
-               + f"num_comm_sms={args.num_comm_sms}; median of CUDA events; shapes per GPU as in pk-design 7.",
+               + f"num_comm_sms={args.num_comm_sms}; median of CUDA events, GPU time (a GPU spin before each repeat "
+               "hides the host); shapes per GPU as in pk-design 7.",
                args.record)
     heap.close()
     world.close()

@@ -35,7 +35,8 @@ def main() -> None:
                      flop / ours / 1e9, theirs, flop / theirs / 1e9, f"{theirs / ours:.3f}"])
     report("GEMM bf16: pkptx vs cuBLAS (torch.matmul)",
            ["M x N x K", "tile/stages", "rel err", "pkptx ms", "pkptx TFLOP/s", "cuBLAS ms", "cuBLAS TFLOP/s",
-            "ratio"], rows, "Median of CUDA-event timings; ratio = cuBLAS time / pkptx time (1.0 = parity).",
+            "ratio"], rows, "Median of CUDA-event timings (GPU time: a GPU spin before each repeat hides the host); "
+            "ratio = cuBLAS time / pkptx time (1.0 = parity).",
            args.record)
 
 

@@ -2,7 +2,10 @@
 
 The median is reported because one slow repeat (a clock change, another process) should not move
 the figure; min and max show the spread. With ``flush_l2=True`` (see :func:`evict_l2`) a buffer of twice the L2 size is
-written between repeats (outside the timed region), so each repeat starts with a cold cache.
+written between repeats (outside the timed region), so each repeat starts with a cold cache. With
+``hold_ns`` the GPU spins that long before each repeat's start event, so the host's own time for
+``fn()`` (argument checks, launch) overlaps GPU work and the events time the GPU alone: a kernel-to-
+kernel comparison, not what a Python caller waits.
 """
 from __future__ import annotations
 
@@ -47,10 +50,32 @@ def evict_l2(stream=None, device: Device | None = None) -> None:
     buf.fill(0, s)
 
 
-def time_cuda(fn, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: bool = False) -> Timing:
+def spin_kernel():
+    """``spin(ns)``: one thread reads ``%globaltimer`` until ``ns`` nanoseconds have passed."""
+    from ..isa import Kernel, Param, u64
+    k = Kernel("spin", [Param("ns", u64)], req_threads=1)
+    b = k.builder()
+    end = b.add(u64, b.special("globaltimer"), b.load_param("ns"), name="end")
+    with b.loop("spin") as lp:
+        lp.break_if(b.setp("ge", u64, b.special("globaltimer"), end, name="done"))
+    b.ret()
+    return k
+
+
+def hold(stream, ns: int) -> None:
+    """Queue ``ns`` nanoseconds of GPU spinning on ``stream``."""
+    from ..toolchain import build_cached
+    from .launch import launch
+    from .config import LaunchConfig
+    launch(stream, LaunchConfig(1, 1), build_cached(spin_kernel), ns)
+
+
+def time_cuda(fn, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: bool = False,
+              hold_ns: int = 0) -> Timing:
     """Time ``fn()``, which must queue its work on ``stream``, ``repeats`` times after ``warmup`` calls."""
-    if repeats < 1 or warmup < 0:
-        raise LaunchError(f"time_cuda(warmup={warmup}, repeats={repeats}): expected warmup >= 0, repeats >= 1")
+    if repeats < 1 or warmup < 0 or hold_ns < 0:
+        raise LaunchError(f"time_cuda(warmup={warmup}, repeats={repeats}, hold_ns={hold_ns}): expected warmup >= 0,"
+                          " repeats >= 1, hold_ns >= 0")
     s = as_stream(stream)
     for _ in range(warmup):
         fn()
@@ -58,6 +83,8 @@ def time_cuda(fn, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: 
     for start, end in pairs:
         if flush_l2:
             evict_l2(s)
+        if hold_ns:
+            hold(s, hold_ns)
         start.record(s)
         fn()
         end.record(s)
