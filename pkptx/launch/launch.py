@@ -202,6 +202,7 @@ class Kernel:
         self.device = (device or Device.current()).set_current()
         self.function = get_function(compiled, self.device)
         self.packer = Packer(compiled.params, compiled.entry)
+        self.param_names = tuple(p.name for p in compiled.params)
         cu = driver()
         self._pack, self._handle = self.packer.pack, self.function.handle
         self._launch_ex, self._success = cu.cuLaunchKernelEx, cu.CUresult.CUDA_SUCCESS

@@ -9,6 +9,9 @@ functions do those checks (and plan the launch) on shapes and dtypes alone, with
 """
 from __future__ import annotations
 
+import functools
+
+import ml_dtypes
 import numpy as np
 
 from ..launch import Device
@@ -25,6 +28,7 @@ from .common import ArgumentError, load, ordered_args
 
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 OPS = ("sum", "max", "min")
+_NAME_OF_DTYPE = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 _MASK32 = (1 << 32) - 1
 
 
@@ -43,8 +47,7 @@ class _HeapState:
                **values) -> None:
         """Launch a kernel that meets the other ranks ``rounds`` times on this heap's barrier flag (every
         block of every rank adds 1 per round), and advance the flag's running total to match."""
-        device = Device.current()
-        args = dict(values, rank=self.flags.buffer.rank, world=world_size, status=device_status(device).ptr,
+        args = dict(values, rank=self.flags.buffer.rank, world=world_size, status=device_status(kernel.device).ptr,
                     timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
                     barrier_base=self.total, **self.layout_args("flags", self.flags.buffer))
         config = (nblocks, threads) if smem is None else (nblocks, threads, smem)
@@ -69,14 +72,14 @@ def _check_buffer(fn: str, name: str, buf, world) -> str:
                             f"{type(buf).__name__}")
     if buf.heap.world is not world:
         raise ArgumentError(f"{fn}: {name} belongs to another World than the one passed")
-    dtype = DTYPE_NAMES.get(str(buf.dtype))
+    dtype = _NAME_OF_DTYPE.get(buf.dtype) or DTYPE_NAMES.get(str(buf.dtype))
     if dtype is None:
         raise ArgumentError(f"{fn}: {name} dtype must be bfloat16, float16 or float32, got {buf.dtype}")
     return dtype
 
 
-def _grid(n_vec: int, threads: int) -> int:
-    return max(1, min(Device.current().sm_count, -(-n_vec // threads)))
+def _grid(device: Device, n_vec: int, threads: int) -> int:
+    return max(1, min(device.sm_count, -(-n_vec // threads)))
 
 
 def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBuffer | None = None,
@@ -104,12 +107,13 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
         raise ArgumentError("all_reduce: one_shot needs out= a separate buffer (peers still read buf)")
     multicast = buf.multicast_ptr is not None and (out or buf).multicast_ptr is not None and op == "sum"
     cfg = all_reduce_kernel.Config(dtype=dtype, op=op, algorithm=algorithm, multicast=multicast)
-    kernel = load(all_reduce_kernel.build, cfg, Device.current())
+    device = Device.current()
+    kernel = load(all_reduce_kernel.build, cfg, device)
     n_vec = -(-buf.nbytes // 16)        # heap allocations are padded to 16 bytes
     work = -(-n_vec // world.size) if algorithm == "two_shot" else n_vec
     state = _state(buf)
     dst = out or buf
-    state.launch(kernel, _grid(work, cfg.threads), cfg.threads, world.size, stream, timeout_ns, n_vec=n_vec,
+    state.launch(kernel, _grid(device, work, cfg.threads), cfg.threads, world.size, stream, timeout_ns, n_vec=n_vec,
                  **state.layout_args("src", buf), **state.layout_args("dst", dst))
     return dst
 
@@ -152,6 +156,21 @@ def _in_units(fn: str, elements_map: RunMap, itemsize: int) -> tuple[int, RunMap
     return width, units
 
 
+def _memoized(check):
+    """``check`` with its plans remembered (they depend on shapes alone, and planning costs more host
+    time than the launch); unhashable arguments skip the memo so the checks can name them."""
+    memo = functools.lru_cache(maxsize=256)(check)
+
+    @functools.wraps(check)
+    def plan(*args, **kwargs):
+        try:
+            return memo(*args, **kwargs)
+        except TypeError:
+            return check(*args, **kwargs)
+    return plan
+
+
+@_memoized
 def check_all_gather(shape, dtype, out_shape, out_dtype, world_size: int, rank: int, *, dim, in_place: bool,
                      multicast: bool = False) -> tuple[all_gather_kernel.Config, RunMap]:
     """Check an all-gather of shards of ``shape`` into ``out_shape`` (in place: ``shape`` is the
@@ -172,6 +191,7 @@ def check_all_gather(shape, dtype, out_shape, out_dtype, world_size: int, rank: 
     return all_gather_kernel.Config(width=width, multicast=multicast and width == 16), units
 
 
+@_memoized
 def check_reduce_scatter(shape, dtype, out_shape, out_dtype, world_size: int, rank: int, *, dim, op,
                          in_place: bool, multicast: bool = False) -> tuple[reduce_scatter_kernel.Config, RunMap]:
     """Check a reduce-scatter of ``shape`` (the same on every rank) into ``out_shape`` (in place: the
@@ -192,6 +212,7 @@ def check_reduce_scatter(shape, dtype, out_shape, out_dtype, world_size: int, ra
     return reduce_scatter_kernel.Config(dtype=name, op=op, width=width, multicast=mc), units
 
 
+@_memoized
 def check_all_to_all(shape, dtype, out_shape, out_dtype, world_size: int, rank: int, *, scatter_dim,
                      gather_dim, in_place: bool = False) -> tuple[all_to_all_kernel.Config, RunMap]:
     """Check an all-to-all of ``shape`` into ``out_shape`` and plan it: (kernel Config, this rank's
@@ -220,9 +241,10 @@ def _buffers(fn: str, buf, out, world) -> bool:
 
 
 def _run(build, cfg, units: RunMap, buf, out, world, stream, timeout_ns) -> SymmetricBuffer:
-    kernel = load(build, cfg, Device.current())
+    device = Device.current()
+    kernel = load(build, cfg, device)
     state = _state(buf)
-    state.launch(kernel, _grid(units.units, cfg.threads), cfg.threads, world.size, stream, timeout_ns,
+    state.launch(kernel, _grid(device, units.units, cfg.threads), cfg.threads, world.size, stream, timeout_ns,
                  **units.args(cfg.width), **state.layout_args("src", buf), **state.layout_args("dst", out))
     return out
 

@@ -23,7 +23,12 @@ def load(factory, config, device: Device) -> Kernel:
 
 def ordered_args(kernel: Kernel, values: dict) -> tuple:
     """The launch arguments in the kernel's parameter order, from a name -> value mapping."""
-    names = [p.name for p in kernel.compiled.params]
+    names = kernel.param_names
+    if len(values) == len(names):
+        try:
+            return tuple(values[n] for n in names)
+        except KeyError:
+            pass
     missing = [n for n in names if n not in values]
     extra = [n for n in values if n not in names]
     if missing or extra:
