@@ -17,7 +17,7 @@ def variant(bounded, cfg):
     finally:
         g.wait_parity = orig
 stream = Stream(); ts = torch.cuda.ExternalStream(stream.handle)
-for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (2048, 2048, 16384)]:
+for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024)]:
     with torch.cuda.stream(ts):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16); b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

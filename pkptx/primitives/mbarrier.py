@@ -13,7 +13,7 @@ from ..isa import Builder, Reg, address, u32
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # the "flag" an expired mbarrier wait reports
 
 
-def wait_parity(b: Builder, bar_addr, parity, *, deadline, name: str = "mbwait") -> None:
+def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False, name: str = "mbwait") -> None:
     """Spin until the barrier's phase with ``parity`` has completed.
 
     PTX::
@@ -31,6 +31,12 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline, name: str = "mbwait")
     expected value instead of hanging the GPU (pk-design 5). The clock is read only after a failed
     probe, so a wait that succeeds first time costs nothing extra. ``deadline=None`` is an explicit
     opt-out for test kernels whose host bounds the whole launch.
+
+    ``abandon=True``: on expiry, report and leave the loop rather than ``exit``; the caller goes on
+    with whatever the stage holds, and the host's timeout error says the results are void. For waits
+    inside a wgmma pipeline: an ``exit`` there makes ptxas serialise every wgmma (info C7518), which
+    cost the GEMM 8 to 25% on the H200. Every later wait of the kernel expires at once, so the kernel
+    still ends promptly.
     """
     with b.loop(name) as lp:
         done = b.mbarrier_try_wait(address(bar_addr), parity, parity=True)
@@ -38,7 +44,9 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline, name: str = "mbwait")
         if deadline is not None:
             late = b.setp("gt", "u64", b.special("globaltimer"), deadline.end, name="mb_late")
             with b.if_then(late):
-                deadline.report(b, MBARRIER_FLAG_ID, parity, 0)
+                deadline.report(b, MBARRIER_FLAG_ID, parity, 0, then_exit=not abandon)
+            if abandon:
+                lp.break_if(late)
 
 
 @dataclass(frozen=True)

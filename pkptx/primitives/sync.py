@@ -36,8 +36,9 @@ class Deadline:
         end = b.add(u64, b.special("globaltimer"), b.load_param("timeout_ns"), name="deadline")
         return cls(end, b.load_param("status"), rank)
 
-    def report(self, b: Builder, flag_id, expected, observed) -> None:
-        """Record the expiry (first reporter wins, ``atom.global.cas.b32``) and ``exit``.
+    def report(self, b: Builder, flag_id, expected, observed, *, then_exit: bool = True) -> None:
+        """Record the expiry (first reporter wins, ``atom.global.cas.b32``), then ``exit`` unless the
+        caller abandons its wait instead (``then_exit=False``, see ``wait_parity``).
 
         PTX: ``atom.global.cas.b32 old, [status], 0, 1; setp.eq.u32 first, old, 0;``
         ``@first st.global.u32 [status+4*i], ...`` for i = 1..5; ``exit;``.
@@ -46,7 +47,8 @@ class Deadline:
         first = b.setp("eq", u32, old, 0, name="first_timeout")
         for i, value in enumerate((self.rank, flag_id, expected, observed, b.special("ctaid.x")), start=1):
             b.st(u32, address(self.status, 4 * i), value, space="global", pred=first)
-        b.exit()
+        if then_exit:
+            b.exit()
 
 
 def signal(b: Builder, flag_addr, value, *, sem: Sem, scope) -> None:

@@ -137,7 +137,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
 
         for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
             stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-            wait_parity(b, ctx.rings["full"].bar(b, stage), phase, deadline=ctx.deadline, name="wait_full")
+            wait_parity(b, ctx.rings["full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                        name="wait_full")
             a_tile = b.mad(u32, stage, cfg.a_bytes, b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo"),
                            mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
