@@ -32,28 +32,18 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def host_us(fn, calls: int = 5000, rounds: int = 7, device: Device | None = None) -> float:
-    """Median over ``rounds`` of the host time of one ``fn()`` (Python call to return), in us.
-
-    The device is synchronised between rounds (outside the timed loop) so the launch queue never fills.
-    """
-    device = device or Device.current()
-    for _ in range(min(calls, 500)):
-        fn()
-    device.synchronize()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        device.synchronize()
-    return statistics.median(samples)
+    """Median over ``rounds`` of the host time of one ``fn()`` (Python call to return), in us."""
+    return host_us_interleaved([fn], calls, rounds, device)[0]
 
 
 def host_us_interleaved(fns, calls: int = 5000, rounds: int = 9, device: Device | None = None) -> list[float]:
-    """Like :func:`host_us` for several ways of doing the same thing, with their rounds interleaved
-    (A B C A B C ...), so drifts of a shared host's speed hit every way alike; one median per ``fn``."""
+    """The host time of one call of each ``fn``, their rounds interleaved (A B C A B C ...) so drifts of
+    a shared host's speed hit every way alike; one median per ``fn``, in us. Warmed up first; the device
+    is synchronised before each round (outside the timed loop) so the launch queue never fills."""
     device = device or Device.current()
+    for fn in fns:
+        for _ in range(min(calls, 500)):
+            fn()
     samples = [[] for _ in fns]
     for _ in range(rounds):
         for fn, mine in zip(fns, samples):

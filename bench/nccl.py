@@ -30,17 +30,18 @@ def start(world, ordinal: int):
 
 
 def time_ms(fn, repeats: int, warmup: int = 2) -> float:
-    """Median CUDA-event time of ``fn()`` on torch's current stream."""
+    """Median CUDA-event time of ``fn()`` on torch's current stream (GPU time, as pkptx's is measured)."""
     import statistics
+
     import torch
+    from common import GPU_ONLY_NS
+    from pkptx.launch.timing import hold
     for _ in range(warmup):
         fn()
     samples = []
-    from common import GPU_ONLY_NS
-    from pkptx.launch.timing import hold
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        hold(torch.cuda.current_stream().cuda_stream, GPU_ONLY_NS)     # GPU time, as pkptx's is measured
+        hold(torch.cuda.current_stream().cuda_stream, GPU_ONLY_NS)
         start.record()
         fn()
         end.record()

@@ -9,6 +9,7 @@ kernel comparison, not what a Python caller waits.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 
@@ -62,12 +63,16 @@ def spin_kernel():
     return k
 
 
+@functools.cache
+def _spin_launcher(ordinal: int):
+    from ..toolchain import build_cached
+    from .launch import Kernel
+    return Kernel.load(build_cached(spin_kernel), Device(ordinal))[1, 1]
+
+
 def hold(stream, ns: int) -> None:
     """Queue ``ns`` nanoseconds of GPU spinning on ``stream``."""
-    from ..toolchain import build_cached
-    from .launch import launch
-    from .config import LaunchConfig
-    launch(stream, LaunchConfig(1, 1), build_cached(spin_kernel), ns)
+    _spin_launcher(Device.current().ordinal)(ns, stream=stream)
 
 
 def time_cuda(fn, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: bool = False,

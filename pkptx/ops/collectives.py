@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 
-import ml_dtypes
 import numpy as np
 
 from ..launch import Device
@@ -24,11 +23,9 @@ from ..templates.kernels import all_reduce as all_reduce_kernel
 from ..templates.kernels import all_to_all as all_to_all_kernel
 from ..templates.kernels import reduce_scatter as reduce_scatter_kernel
 from ..templates.runs import MAX_UNITS, RunMap, normalize_dim, split_at, unit_bytes
-from .common import ArgumentError, load, ordered_args
+from .common import ArgumentError, dtype_name, load, ordered_args
 
-DTYPE_NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 OPS = ("sum", "max", "min")
-_NAME_OF_DTYPE = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 _MASK32 = (1 << 32) - 1
 
 
@@ -72,7 +69,7 @@ def _check_buffer(fn: str, name: str, buf, world) -> str:
                             f"{type(buf).__name__}")
     if buf.heap.world is not world:
         raise ArgumentError(f"{fn}: {name} belongs to another World than the one passed")
-    dtype = _NAME_OF_DTYPE.get(buf.dtype) or DTYPE_NAMES.get(str(buf.dtype))
+    dtype = dtype_name(buf.dtype)
     if dtype is None:
         raise ArgumentError(f"{fn}: {name} dtype must be bfloat16, float16 or float32, got {buf.dtype}")
     return dtype
@@ -127,7 +124,7 @@ def _dim(fn: str, what: str, dim, ndim: int) -> int:
 
 
 def _same_dtype(fn: str, dtype, out_dtype) -> str:
-    name = DTYPE_NAMES.get(str(dtype))
+    name = dtype_name(dtype)
     if name is None:
         raise ArgumentError(f"{fn}: dtype must be bfloat16, float16 or float32, got {dtype}")
     if str(out_dtype) != str(dtype):

@@ -1,15 +1,27 @@
 """Shared host plumbing for the ops: arguments by parameter name, kernel loading, status checks."""
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
+
 from ..errors import PkptxError
 from ..launch import Device, Kernel
 from ..toolchain import build_cached
 
 _loaded: dict = {}
+_DTYPE_NAMES = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 
 
 class ArgumentError(PkptxError, ValueError):
     """A host API argument that cannot work (raised before any GPU work)."""
+
+
+def dtype_name(dtype) -> str | None:
+    """The kernels' name of ``dtype`` ("bf16", "f16", "f32"), or None for any other dtype."""
+    try:
+        return _DTYPE_NAMES.get(np.dtype(dtype))
+    except (TypeError, ValueError):
+        return None
 
 
 def load(factory, config, device: Device) -> Kernel:

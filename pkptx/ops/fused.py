@@ -22,8 +22,8 @@ from ..templates.kernels import gemm as gemm_kernel
 from ..templates.kernels import gemm_ar as ar_kernel
 from ..templates.kernels import gemm_rs as rs_kernel
 from . import collectives
-from .common import ArgumentError, load
-from .gemm import _NAMES, _as_array, _tensor_map, check_shapes, choose_config, gemm
+from .common import ArgumentError, dtype_name, load
+from .gemm import _as_array, _tensor_map, check_shapes, choose_config, gemm
 
 _MASK32 = (1 << 32) - 1
 _flag_arrays: dict = {}
@@ -60,7 +60,7 @@ def _launch(kernel, cfg, buf: SymmetricBuffer, world, *, num_comm_sms: int, roun
 
 def _plan(a: DeviceArray, b: DeviceArray, out_dtype, b_layout: str, m: int, n: int, k: int) -> gemm_kernel.Config:
     device = Device.current()
-    return choose_config(m, n, k, _NAMES[str(a.dtype)], _NAMES[str(out_dtype)], b_layout,
+    return choose_config(m, n, k, dtype_name(a.dtype), dtype_name(out_dtype), b_layout,
                          sm_count=device.sm_count, smem_limit=device.smem_per_block_optin)
 
 
@@ -113,6 +113,18 @@ def tune_num_comm_sms(op: str, run, world, shape_key, candidates=(2, 4, 8, 16, 3
     return best
 
 
+def _check_comm_sms(op: str, num_comm_sms) -> None:
+    if num_comm_sms != "auto" and (not isinstance(num_comm_sms, int) or
+                                   not 1 <= num_comm_sms < Device.current().sm_count):
+        raise ArgumentError(f"{op}: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
+                            f"got {num_comm_sms!r}")
+
+
+def _comm_sms(op: str, num_comm_sms, run, world, shape_key) -> int:
+    """``num_comm_sms`` itself, or for "auto" the tuned choice (``run(c)`` launches with ``c``)."""
+    return tune_num_comm_sms(op, run, world, shape_key) if num_comm_sms == "auto" else num_comm_sms
+
+
 def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", stream=None, fused: bool | None = None,
             timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
     """``out`` (M/W x N) on rank r = rows r·M/W.. of sum over ranks of A_r·B_rᵀ. A_r (M x K_r) and B_r
@@ -121,7 +133,7 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
     m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, b_layout=b_layout)
     if not isinstance(out, SymmetricBuffer) or out.heap.world is not world:
         raise ArgumentError("gemm_rs: out must be a SymmetricBuffer of this world")
-    if m % world.size or out.shape != (m // world.size, n) or _NAMES.get(str(out.dtype)) not in ("bf16", "f32"):
+    if m % world.size or out.shape != (m // world.size, n) or dtype_name(out.dtype) not in ("bf16", "f32"):
         raise ArgumentError(f"gemm_rs: out must be a ({m // world.size}, {n}) bf16 or f32 buffer with "
                             f"M = {m} divisible by the world size {world.size}; got {out.shape} {out.dtype}")
     cfg = rs_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k))
@@ -153,6 +165,7 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     b = _as_array(b, "b")
     out_dtype = out.dtype if out is not None else a_shard.dtype
     m, n, k = check_shapes(a_shard.shape, a_shard.dtype, b.shape, b.dtype, b_layout=b_layout)
+    _check_comm_sms("ag_gemm", num_comm_sms)
     cfg = ag_kernel.Config(_plan(a_shard.local, b, out_dtype, b_layout, m, n, k))
     out = _as_array(out, "out") if out is not None else empty((m, n), a_shard.dtype)
     if fused is None:
@@ -162,13 +175,9 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
         return gemm(a_shard.local, b, out, b_layout=b_layout, stream=stream)
     if m % world.size or (m // world.size) % cfg.gemm.tile_m:
         raise ArgumentError(f"ag_gemm: M / world = {m}/{world.size} must be a multiple of {cfg.gemm.tile_m}")
-    if num_comm_sms == "auto":
-        num_comm_sms = tune_num_comm_sms(
-            "ag_gemm", lambda c: ag_gemm(a_shard, b, world, out=out, b_layout=b_layout, num_comm_sms=c,
-                                         stream=stream, fused=True, timeout_ns=timeout_ns), world, (m, n, k))
-    if not isinstance(num_comm_sms, int) or not 1 <= num_comm_sms < Device.current().sm_count:
-        raise ArgumentError(f"ag_gemm: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
-                            f"got {num_comm_sms!r}")
+    num_comm_sms = _comm_sms("ag_gemm", num_comm_sms, lambda c: ag_gemm(
+        a_shard, b, world, out=out, b_layout=b_layout, num_comm_sms=c, stream=stream, fused=True,
+        timeout_ns=timeout_ns), world, (m, n, k))
     ready = _flags("ag_gemm ready", a_shard, -(-m // cfg.gemm.tile_m))
     kernel = load(ag_kernel.build, cfg, Device.current())
     state = collectives._state(a_shard)
@@ -188,21 +197,18 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
     m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, b_layout=b_layout)
     if not isinstance(out, SymmetricBuffer) or out.heap.world is not world or out.shape != (m, n):
         raise ArgumentError(f"gemm_ar: out must be a ({m}, {n}) SymmetricBuffer of this world")
-    if _NAMES.get(str(out.dtype)) not in ("bf16", "f16", "f32"):
+    if dtype_name(out.dtype) not in ("bf16", "f16", "f32"):
         raise ArgumentError(f"gemm_ar: out dtype must be bfloat16, float16 or float32, got {out.dtype}")
+    _check_comm_sms("gemm_ar", num_comm_sms)
     cfg = ar_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k), multicast=out.multicast_ptr is not None)
     if fused is None:
         fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=False)
     if not fused:
         gemm(a, b, out.local, b_layout=b_layout, stream=stream)
         return collectives.all_reduce(out, world, stream=stream, timeout_ns=timeout_ns)
-    if num_comm_sms == "auto":
-        num_comm_sms = tune_num_comm_sms(
-            "gemm_ar", lambda c: gemm_ar(a, b, world, out=out, b_layout=b_layout, num_comm_sms=c, stream=stream,
-                                         fused=True, timeout_ns=timeout_ns), world, (m, n, k))
-    if not isinstance(num_comm_sms, int) or not 1 <= num_comm_sms < Device.current().sm_count:
-        raise ArgumentError(f"gemm_ar: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
-                            f"got {num_comm_sms!r}")
+    num_comm_sms = _comm_sms("gemm_ar", num_comm_sms, lambda c: gemm_ar(
+        a, b, world, out=out, b_layout=b_layout, num_comm_sms=c, stream=stream, fused=True,
+        timeout_ns=timeout_ns), world, (m, n, k))
     tiles = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n)
     done = _flags("gemm_ar done", out, tiles)
     kernel = load(ar_kernel.build, cfg, Device.current())

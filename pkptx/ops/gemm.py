@@ -6,9 +6,8 @@ from ..launch.array import DeviceArray
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..templates.gemm_parts import STAGING_BYTES, TILE_K
 from ..templates.kernels import gemm as kernel
-from .common import ArgumentError, load, ordered_args
+from .common import ArgumentError, dtype_name, load, ordered_args
 
-_NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 _tmaps: dict = {}
 _TMAP_CACHE = 256
 
@@ -56,11 +55,11 @@ def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=N
     for name, value in (("M", m), ("N", n), ("K", k)):
         if value <= 0 or value % 16:
             raise GemmArgumentError(f"gemm: {name} = {value} must be a positive multiple of 16")
-    if _NAMES.get(str(a_dtype)) not in ("bf16", "f16") or str(a_dtype) != str(b_dtype):
+    if dtype_name(a_dtype) not in ("bf16", "f16") or str(a_dtype) != str(b_dtype):
         raise GemmArgumentError(f"gemm: a and b must both be bfloat16 or both float16, got {a_dtype} and {b_dtype}")
     if out_shape is not None and tuple(out_shape) != (m, n):
         raise GemmArgumentError(f"gemm: out must be {m} x {n}, got {tuple(out_shape)}")
-    if out_dtype is not None and _NAMES.get(str(out_dtype)) not in ("bf16", "f16", "f32"):
+    if out_dtype is not None and dtype_name(out_dtype) not in ("bf16", "f16", "f32"):
         raise GemmArgumentError(f"gemm: out dtype must be bfloat16, float16 or float32, got {out_dtype}")
     return m, n, k
 
@@ -92,7 +91,7 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Co
         if not arr.is_contiguous:
             raise GemmArgumentError(f"gemm: {name} must be C-contiguous")
     device = Device.current()
-    cfg = config or choose_config(m, n, k, _NAMES[str(a.dtype)], _NAMES[str(out_dtype)], b_layout,
+    cfg = config or choose_config(m, n, k, dtype_name(a.dtype), dtype_name(out_dtype), b_layout,
                                   sm_count=device.sm_count, smem_limit=device.smem_per_block_optin)
     if cfg.b_layout != b_layout:
         raise GemmArgumentError(f"gemm: config.b_layout={cfg.b_layout!r} but b_layout={b_layout!r}")
