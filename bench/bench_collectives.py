@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 import common  # noqa: F401  (puts the checkout on sys.path)
-from common import GPU_ONLY_NS, report
+from common import GPU_ONLY_NS, report, sharing
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -142,18 +142,16 @@ def main() -> None:
             rows.append(row)
             case.free()
             world.barrier(what="size done")
+        suffix, sharing_note = sharing(world)
         if world.rank == 0:
             headers = ["bytes", "elements", "time us", "call us", "algbw GB/s", "busbw GB/s", "check"]
             if dist is not None:
                 headers += ["NCCL us", "NCCL busbw GB/s", "NCCL time / pkptx time"]
-            shared = gpus < world.size
-            note = ((f"All {world.size} ranks share one GPU, time-sliced between their processes: the "
-                     "figures measure the protocol plus context switches, not NVLink. " if shared and
-                     world.size > 1 else "") + "Median of CUDA-event timings; time: GPU time (a GPU spin before each repeat hides the host), "
+            note = (sharing_note + "Median of CUDA-event timings; time: GPU time (a GPU spin before each repeat hides the host), "
                     "algbw from it; call: from the Python call on an idle GPU, host overhead included; " +
                     ("NCCL through torch.distributed in the same run." if dist is not None else
                      "no NCCL column: NCCL needs a GPU per rank."))
-            report(f"{name} {args.dtype}, {world.size} rank(s) on {min(gpus, world.size)} GPU(s)", headers,
+            report(f"{name} {args.dtype}, {world.size} rank(s) on {min(gpus, world.size)} GPU(s){suffix}", headers,
                    rows, note, args.record)
     heap.close()
     world.close()

@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 import common  # noqa: F401  (puts the checkout on sys.path)
-from common import GPU_ONLY_NS, report
+from common import GPU_ONLY_NS, report, sharing
 
 
 def main() -> None:
@@ -125,14 +125,13 @@ def main() -> None:
                     + baseline("gemm_ar", n, t_fused))
         for buf in (ar_out, rs_plain, rs_out, partial):
             buf.free()
+    suffix, sharing_note = sharing(world)
     if world.rank == 0:
         gpus = Device.available()
-        report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {gpus} GPU(s)",
+        report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {min(gpus, w)} GPU(s){suffix}",
                ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
                 "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
-               (f"All {w} ranks share one GPU, time-sliced between their processes: protocol overhead and "
-                "context switches, not NVLink. " if gpus < w and w > 1 else "")
-               + f"num_comm_sms={args.num_comm_sms}; median of CUDA events, GPU time (a GPU spin before each repeat "
+               sharing_note + f"num_comm_sms={args.num_comm_sms}; median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host); shapes per GPU as in pk-design 7.",
                args.record)
     heap.close()

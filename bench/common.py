@@ -100,3 +100,26 @@ def report(title: str, headers: list[str], rows: list[list], notes: str, record:
         f.write(f"\n## {title}\n{stamp} · {device} · commit {git_commit()} · Python {sys.version.split()[0]}\n\n"
                 f"{text}\n\n{notes}\n")
     print(f"(recorded in {RESULTS.relative_to(ROOT)})")
+
+
+def sharing(world) -> tuple[str, str]:
+    """(title suffix, note) saying how the ranks share the GPU(s); collective (every rank calls it).
+
+    Several ranks on one GPU are either time-sliced (no MPS: the figures are context switches) or run
+    at once under MPS, each on its SM share: labelled "one GPU, MPS, SM share", since HBM is shared and
+    there is no NVLink, so such figures measure the protocol, the overlap and the SM split."""
+    from pkptx.launch import mps
+    from pkptx.launch.occupancy import context_sm_count
+    mine = (os.environ.get(mps.PERCENT_ENV, ""), context_sm_count(), mps.status().running)
+    every = world.allgather(mine, what="bench sharing")
+    if world.size == 1 or Device.available() >= world.size:
+        return "", f"SMs used: {every[0][1]}. "
+    if not all(up for _, _, up in every):
+        return ", one GPU, time-sliced", (f"All {world.size} ranks share one GPU, time-sliced between their processes: "
+                                          "the figures measure the protocol plus context switches, not NVLink. ")
+    shares = "/".join(p or "100" for p, _, _ in every)
+    sms = "/".join(str(s) for _, s, _ in every)
+    return (f", one GPU, MPS, SM share {shares} %",
+            f"One GPU, MPS, SM share {shares} % ({sms} SMs): the {world.size} ranks run at once, each on its share; "
+            "HBM is shared and there is no NVLink, so these are protocol, overlap and SM-split figures, not link "
+            "bandwidth. ")

@@ -1,10 +1,15 @@
 """The whole GPU check in one call: the GPU tests (single-process and under mpirun), then the
 benchmarks, then one short table. Run from the checkout on the GPU machine:
 
-    PKPTX_DISABLE_MULTICAST=1 python3 tools/gpu_check.py [--quick] [--only tests|bench]
+    PKPTX_DISABLE_MULTICAST=1 python3 tools/gpu_check.py [--quick] [--only tests|bench] [--mps] [--steps a,b]
 
 Each step has its own time limit, so one stuck step cannot eat the whole lease. Benchmarks append to
 bench/RESULTS.md; it and an archive of every step's log go to $OUT (or probe/out) after each step.
+
+``--mps``: everything runs under a private MPS daemon (pkptx.launch.mps), so the ranks of a multi-rank
+step run at once, each on an equal SM share (the tests add 2 ranks at 30/70); the daemon is stopped at
+the end, also after a failure, and the script checks that it is gone. Without it, ranks sharing the GPU
+are time-sliced.
 """
 from __future__ import annotations
 
@@ -20,36 +25,45 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 90), ("copy", "tests/templates/test_copy_gpu.py", 60),
+TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120), ("copy", "tests/templates/test_copy_gpu.py", 60),
+               ("attention", "tests/templates/test_attention_gpu.py", 150),
                ("launch", "tests/launch", 150),
-               ("fused", "tests/templates/test_fused_gpu.py", 150),
-               ("collectives", "tests/templates/test_collectives_gpu.py", 240), ("primitives", "tests/primitives", 200)]
+               ("fused", "tests/templates/test_fused_gpu.py", 300),
+               ("collectives", "tests/templates/test_collectives_gpu.py", 400), ("primitives", "tests/primitives", 200)]
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)
+
+
+FORWARDED = ("PYTHONPATH", "PKPTX_DISABLE_MULTICAST", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY",
+             "PKPTX_MPS_SHARES")
 
 
 def mpirun(ranks: int) -> list[str]:
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    return ["mpirun", *root, "--oversubscribe", "-n", str(ranks), "-x", "PYTHONPATH", "-x", "PKPTX_DISABLE_MULTICAST"]
+    forward = [arg for name in FORWARDED for arg in ("-x", name)]
+    return ["mpirun", *root, "--oversubscribe", "-n", str(ranks), *forward]
 
 
-def benches(quick: bool) -> list[tuple[str, list[str], int]]:
+def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
+    """(name, command, time limit, extra environment) per benchmark step. Under MPS the multi-rank
+    steps run at 2 and 4 ranks on equal SM shares."""
     q = ["--quick"] if quick else []
-    return [("bench_launch", [sys.executable, "bench/bench_launch.py", "--record", *q], 150),
-            ("bench_gemm", [sys.executable, "bench/bench_gemm.py", "--record", *q], 150),
-            ("bench_tma", [sys.executable, "bench/bench_tma.py", "--record", *q], 100),
-            ("bench_collectives -n 1", [*mpirun(1), sys.executable, "bench/bench_collectives.py", "--record",
-                                        "--max-bytes", str(1 << (24 if quick else 28))], 120),
-            ("bench_collectives -n 4", [*mpirun(4), sys.executable, "bench/bench_collectives.py", "--record",
-                                        "--max-bytes", str(1 << (20 if quick else 24))], 150),
-            ("bench_fused -n 1", [*mpirun(1), sys.executable, "bench/bench_fused.py", "--record",
-                                  "--sizes", "2048" if quick else "2048,4096,8192,16384"], 150),
-            ("bench_fused -n 2", [*mpirun(2), sys.executable, "bench/bench_fused.py", "--record",
-                                  "--sizes", "2048" if quick else "2048,4096"], 150)]
+    share = (lambda n: {"PKPTX_MPS_SHARES": ",".join([str(100 // n)] * n)}) if mps else (lambda n: {})
+    coll = lambda n, top: (f"bench_collectives -n {n}", [*mpirun(n), sys.executable, "bench/bench_collectives.py",  # noqa
+                                                         "--record", "--max-bytes", str(1 << top)], 150, share(n))
+    fused = lambda n, sizes: (f"bench_fused -n {n}", [*mpirun(n), sys.executable, "bench/bench_fused.py", "--record",  # noqa
+                                                      "--sizes", "2048" if quick else sizes], 200, share(n))
+    multi = ([coll(2, 20 if quick else 28), coll(4, 20 if quick else 28), fused(2, "2048,4096,8192"),
+              fused(4, "2048,4096,8192")] if mps else [coll(4, 20 if quick else 24), fused(2, "2048,4096")])
+    return [("bench_launch", [sys.executable, "bench/bench_launch.py", "--record", *q], 150, {}),
+            ("bench_gemm", [sys.executable, "bench/bench_gemm.py", "--record", *q], 300, {}),
+            ("bench_tma", [sys.executable, "bench/bench_tma.py", "--record", *q], 100, {}),
+            coll(1, 24 if quick else 28), fused(1, "2048,4096,8192,16384"), *multi]
 
 
-def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, str, float]:
+def run(cmd: list[str], log: Path, timeout: int, extra_env: dict | None = None) -> tuple[int, str, float]:
     t0 = time.time()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PKPTX_DISABLE_MULTICAST="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PKPTX_DISABLE_MULTICAST="1",
+               **(extra_env or {}))
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         out, rc = proc.stdout + proc.stderr, proc.returncode
@@ -79,6 +93,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=("tests", "bench"))
+    ap.add_argument("--mps", action="store_true", help="run everything under a private MPS daemon")
+    ap.add_argument("--steps", help=f"comma-separated step names (default: ${BUDGET_ENV}, else all)")
     args = ap.parse_args()
     if os.environ.get("PKPTX_DISABLE_MULTICAST") != "1":
         print("refusing to run: set PKPTX_DISABLE_MULTICAST=1 on shared GPU machines")
@@ -86,12 +102,40 @@ def main() -> int:
     out_dir = Path(os.environ.get("OUT", ROOT / "probe" / "out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="pkptx-gpu-check-"))
-    rows = []
-    wanted = set(filter(None, os.environ.get(BUDGET_ENV, "").split(",")))
+    wanted = set(filter(None, (args.steps or os.environ.get(BUDGET_ENV, "")).split(",")))
+    rows: list[tuple] = []
+    if not args.mps:
+        steps(args, wanted, rows, logs, out_dir)
+    else:
+        sys.path.insert(0, str(ROOT))
+        from pkptx.launch import mps
+        daemon = mps.Daemon()
+        try:
+            daemon.start()
+            os.environ.update(daemon.env(), PKPTX_TEST_MPS="1")
+            steps(args, wanted, rows, logs, out_dir)
+        finally:
+            try:
+                daemon.stop()
+            except mps.MpsError as exc:
+                print(exc)
+            gone = not daemon.alive
+            rows.append(("mps daemon", "ok" if gone else "rc=1", "stopped, no process left" if gone else "STILL RUNNING",
+                         0.0))
+            for name in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "PKPTX_TEST_MPS"):
+                os.environ.pop(name, None)
+    print("\n| step | status | result | seconds |\n|---|---|---|---|")
+    for name, status, result, secs in rows:
+        print(f"| {name} | {status} | {result} | {secs:.0f} |")
+    save(out_dir, logs)
+    return 0 if all(r[1] == "ok" for r in rows) else 1
+
+
+def steps(args, wanted: set, rows: list, logs: Path, out_dir: Path) -> None:
     pick = (lambda name: not wanted or name in wanted)
     if args.only != "bench":
         for name, path, limit in TEST_GROUPS:
-            if not pick(name):
+            if not pick(name) or not (ROOT / path).exists():
                 continue
             rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
                                  path], logs / f"test_{name}.log", limit)
@@ -99,19 +143,15 @@ def main() -> int:
             print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
             save(out_dir, logs)
     if args.only != "tests":
-        for name, cmd, limit in benches(args.quick):
-            if not pick(name.split()[0]):
+        for name, cmd, limit, extra in benches(args.quick, args.mps):
+            if not pick(name.split()[0]) and not pick(name.replace(" -n ", "_n")):
                 continue
-            rc, out, secs = run(cmd, logs / (name.replace(" -n ", "_n") + ".log"), limit)
+            rc, out, secs = run(cmd, logs / (name.replace(" -n ", "_n") + ".log"), limit, extra)
             ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
             rows.append((name, "ok" if rc == 0 else f"rc={rc}", ("last column " + " ".join(ratios[-6:]))
                          if ratios else out.strip().splitlines()[-1][:90] if out.strip() else "", secs))
             print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
             save(out_dir, logs)
-    print("\n| step | status | result | seconds |\n|---|---|---|---|")
-    for name, status, result, secs in rows:
-        print(f"| {name} | {status} | {result} | {secs:.0f} |")
-    return 0 if all(r[1] == "ok" for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -70,11 +70,14 @@ def call(fn_name: str, *args):
 
 
 def ensure_init() -> None:
-    """cuInit(0), once per process."""
+    """cuInit(0), once per process; first the rank's MPS share (``PKPTX_MPS_SHARES``), which must be
+    in the environment before the context exists."""
     global _initialised
     if _initialised:
         return
     with _init_lock:
         if not _initialised:
+            from .mps import apply_share
+            apply_share()
             check(driver().cuInit(0), "cuInit")
             _initialised = True

@@ -51,10 +51,12 @@ def evict_l2(stream=None, device: Device | None = None) -> None:
     buf.fill(0, s)
 
 
-def spin_kernel():
-    """``spin(ns)``: one thread reads ``%globaltimer`` until ``ns`` nanoseconds have passed."""
+def spin_kernel(threads: int = 1, dynamic_smem: int = 0):
+    """``spin(ns)``: each thread reads ``%globaltimer`` until ``ns`` nanoseconds have passed. With a large
+    ``dynamic_smem`` its blocks hold whole SMs (the forward-progress tests' stand-in for other work)."""
     from ..isa import Kernel, Param, u64
-    k = Kernel("spin", [Param("ns", u64)], req_threads=1)
+    k = Kernel("spin" if threads == 1 and not dynamic_smem else f"spin_t{threads}_s{dynamic_smem}",
+               [Param("ns", u64)], req_threads=threads, dynamic_smem=dynamic_smem)
     b = k.builder()
     end = b.add(u64, b.special("globaltimer"), b.load_param("ns"), name="end")
     with b.loop("spin") as lp:

@@ -15,9 +15,11 @@ import numpy as np
 
 from ..launch import Device
 from ..launch.flags import FlagArray
+from ..launch.occupancy import persistent_grid
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..launch.symmetric import SymmetricBuffer
 from ..templates.collective import ROUNDS_PER_LAUNCH
+from ..templates.progress import FLAG_COUNT
 from ..templates.kernels import all_gather as all_gather_kernel
 from ..templates.kernels import all_reduce as all_reduce_kernel
 from ..templates.kernels import all_to_all as all_to_all_kernel
@@ -30,26 +32,37 @@ _MASK32 = (1 << 32) - 1
 
 
 class _HeapState:
-    """Per symmetric heap: the barrier flags and their running total (the same on every rank)."""
+    """Per symmetric heap: the progress flags (:mod:`pkptx.templates.progress`) and their running totals:
+    the ranks' barrier counter (the same on every rank) and this rank's started/finished block count."""
 
     def __init__(self, heap):
-        self.flags = FlagArray(heap, 1)
-        self.total = 0
+        self.flags = FlagArray(heap, FLAG_COUNT)
+        self.barrier_total = 0
+        self.launch_total = 0
 
     def layout_args(self, name: str, buf: SymmetricBuffer) -> dict:
         return {f"{name}_peers": buf.peer_table_ptr, f"{name}_mc": buf.multicast_ptr or 0}
 
-    def launch(self, kernel, nblocks: int, threads: int, world_size: int, stream, timeout_ns: int, *,
-               smem: int | None = None, num_comm_sms: int | None = None, rounds: int = ROUNDS_PER_LAUNCH,
-               **values) -> None:
-        """Launch a kernel that meets the other ranks ``rounds`` times on this heap's barrier flag (every
-        block of every rank adds 1 per round), and advance the flag's running total to match."""
+    def launch(self, kernel, threads: int, world_size: int, stream, timeout_ns: int, *, smem: int | None = None,
+               work: int | None = None, num_comm_sms: int | None = None, rounds: int = ROUNDS_PER_LAUNCH,
+               **values) -> int:
+        """Launch a persistent kernel that meets the other ranks ``rounds`` times on this heap's barrier
+        (each rank adds 1 per round), and advance the totals to match. The grid is what can be resident
+        in this context, capped at ``work`` blocks; ``num_comm_sms`` (default: every block) must leave a
+        compute block. Returns the grid."""
+        nblocks = persistent_grid(kernel, threads, smem or 0, work=work)
+        if num_comm_sms is not None and num_comm_sms >= nblocks:
+            raise ArgumentError(f"{kernel.compiled.entry}: num_comm_sms={num_comm_sms} leaves no compute block of "
+                                f"the {nblocks} this context can hold at once")
         args = dict(values, rank=self.flags.buffer.rank, world=world_size, status=device_status(kernel.device).ptr,
                     timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
-                    barrier_base=self.total, **self.layout_args("flags", self.flags.buffer))
+                    barrier_base=self.barrier_total, launch_base=self.launch_total,
+                    **self.layout_args("flags", self.flags.buffer))
         config = (nblocks, threads) if smem is None else (nblocks, threads, smem)
         kernel[config](*ordered_args(kernel, args), stream=stream)
-        self.total = (self.total + rounds * world_size * nblocks) & _MASK32
+        self.barrier_total = (self.barrier_total + rounds * world_size) & _MASK32
+        self.launch_total = (self.launch_total + nblocks) & _MASK32
+        return nblocks
 
 
 _states: dict[int, _HeapState] = {}
@@ -73,10 +86,6 @@ def _check_buffer(fn: str, name: str, buf, world) -> str:
     if dtype is None:
         raise ArgumentError(f"{fn}: {name} dtype must be bfloat16, float16 or float32, got {buf.dtype}")
     return dtype
-
-
-def _grid(device: Device, n_vec: int, threads: int) -> int:
-    return max(1, min(device.sm_count, -(-n_vec // threads)))
 
 
 def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBuffer | None = None,
@@ -110,7 +119,7 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
     work = -(-n_vec // world.size) if algorithm == "two_shot" else n_vec
     state = _state(buf)
     dst = out or buf
-    state.launch(kernel, _grid(device, work, cfg.threads), cfg.threads, world.size, stream, timeout_ns, n_vec=n_vec,
+    state.launch(kernel, cfg.threads, world.size, stream, timeout_ns, work=-(-work // cfg.threads), n_vec=n_vec,
                  **state.layout_args("src", buf), **state.layout_args("dst", dst))
     return dst
 
@@ -241,7 +250,7 @@ def _run(build, cfg, units: RunMap, buf, out, world, stream, timeout_ns) -> Symm
     device = Device.current()
     kernel = load(build, cfg, device)
     state = _state(buf)
-    state.launch(kernel, _grid(device, units.units, cfg.threads), cfg.threads, world.size, stream, timeout_ns,
+    state.launch(kernel, cfg.threads, world.size, stream, timeout_ns, work=-(-units.units // cfg.threads),
                  **units.args(cfg.width), **state.layout_args("src", buf), **state.layout_args("dst", out))
     return out
 

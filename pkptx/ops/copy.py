@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..launch import Device
 from ..launch.array import DeviceArray
+from ..launch.occupancy import context_sm_count
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..templates.kernels import copy as kernel
 from .common import ArgumentError, load
@@ -35,7 +36,7 @@ def bulk_copy(dst: DeviceArray, src: DeviceArray, nbytes: int | None = None, *, 
     if nbytes == 0:
         return dst
     device = Device.current()
-    grid = min(device.sm_count * ctas_per_sm, -(-nbytes // cfg.chunk))
+    grid = min(context_sm_count(device) * ctas_per_sm, -(-nbytes // cfg.chunk))     # no block waits on another
     load(kernel.build, cfg, device)[grid, 32, cfg.smem_bytes](dst, src, nbytes, device_status(device).ptr, timeout_ns,
                                                               stream=stream)
     return dst

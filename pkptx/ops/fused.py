@@ -13,6 +13,7 @@ import numpy as np
 
 from ..launch import Device, DeviceArray, empty, from_numpy
 from ..launch.flags import FlagArray
+from ..launch.occupancy import context_sm_count
 from ..launch.status import DEFAULT_TIMEOUT_NS
 from ..launch.symmetric import SymmetricBuffer
 from ..launch.tensormap import TensorMap
@@ -52,16 +53,15 @@ def _peer_tensor_maps(buf: SymmetricBuffer, shape, box) -> DeviceArray:
 
 def _launch(kernel, cfg, buf: SymmetricBuffer, world, *, num_comm_sms: int, rounds: int, stream, timeout_ns,
             **values) -> None:
-    """A persistent grid (one block per SM) on ``buf``'s heap barrier."""
-    collectives._state(buf).launch(kernel, Device.current().sm_count, 128 * (1 + cfg.consumers), world.size,
-                                   stream, timeout_ns, smem=cfg.smem_bytes, num_comm_sms=num_comm_sms,
-                                   rounds=rounds, **values)
+    """A persistent grid (what this context can hold at once) on ``buf``'s heap barrier."""
+    collectives._state(buf).launch(kernel, 128 * (1 + cfg.consumers), world.size, stream, timeout_ns,
+                                   smem=cfg.smem_bytes, num_comm_sms=num_comm_sms, rounds=rounds, **values)
 
 
 def _plan(a: DeviceArray, b: DeviceArray, out_dtype, b_layout: str, m: int, n: int, k: int) -> gemm_kernel.Config:
     device = Device.current()
     return choose_config(m, n, k, dtype_name(a.dtype), dtype_name(out_dtype), b_layout,
-                         sm_count=device.sm_count, smem_limit=device.smem_per_block_optin)
+                         sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
 
 
 def _gemm_args(cfg, a_map_source, b: DeviceArray, k: int, m: int, n: int) -> dict:
@@ -94,12 +94,13 @@ def tune_num_comm_sms(op: str, run, world, shape_key, candidates=(2, 4, 8, 16, 3
     from ..launch import time_cuda
     from ..toolchain import cache_dir
     device = Device.current()
-    key = f"{op}|{shape_key}|w{world.size}|{device.name}|{device.sm_count}"
+    sms = context_sm_count(device)      # an MPS share or green context changes the best split
+    key = f"{op}|{shape_key}|w{world.size}|{device.name}|{sms}"
     path = (cache_dir() / "tune.json") if cache_dir() else None
     table = json.loads(path.read_text()) if path and path.exists() else {}
     if key in table:
         return int(table[key])
-    legal = [c for c in candidates if 1 <= c < device.sm_count]
+    legal = [c for c in candidates if 1 <= c < sms]
     mine = [time_cuda(lambda c=c: run(c), warmup=1, repeats=5).median_ms for c in legal]
     collectives.synchronize(what=f"tuning {op}")
     slowest = np.max(np.array(world.allgather(mine, what=f"tune {op}")), axis=0)
@@ -114,10 +115,11 @@ def tune_num_comm_sms(op: str, run, world, shape_key, candidates=(2, 4, 8, 16, 3
 
 
 def _check_comm_sms(op: str, num_comm_sms) -> None:
-    if num_comm_sms != "auto" and (not isinstance(num_comm_sms, int) or
-                                   not 1 <= num_comm_sms < Device.current().sm_count):
-        raise ArgumentError(f"{op}: num_comm_sms must be 'auto' or in 1..{Device.current().sm_count - 1}, "
-                            f"got {num_comm_sms!r}")
+    sms = context_sm_count()
+    if num_comm_sms != "auto" and (not isinstance(num_comm_sms, int) or isinstance(num_comm_sms, bool) or
+                                   not 1 <= num_comm_sms < sms):
+        raise ArgumentError(f"{op}: num_comm_sms must be 'auto' or in 1..{sms - 1} (this context's SMs less "
+                            f"one), got {num_comm_sms!r}")
 
 
 def _comm_sms(op: str, num_comm_sms, run, world, shape_key) -> int:
@@ -139,7 +141,7 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
     cfg = rs_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k))
     rows = m // world.size
     if fused is None:
-        fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=True)
+        fused = overlap_pays(m, n, cfg.gemm, world.size, context_sm_count(), row_sharded=True)
     if not fused:
         partial = _partial_buffer(out, (m, n), out.dtype)
         gemm(a, b, partial.local, b_layout=b_layout, stream=stream)
@@ -169,7 +171,7 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     cfg = ag_kernel.Config(_plan(a_shard.local, b, out_dtype, b_layout, m, n, k))
     out = _as_array(out, "out") if out is not None else empty((m, n), a_shard.dtype)
     if fused is None:
-        fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=True)
+        fused = overlap_pays(m, n, cfg.gemm, world.size, context_sm_count(), row_sharded=True)
     if not fused:          # in place: this rank's rows are already in their slot
         collectives.all_gather(a_shard, world, dim=0, out=a_shard, stream=stream, timeout_ns=timeout_ns)
         return gemm(a_shard.local, b, out, b_layout=b_layout, stream=stream)
@@ -202,7 +204,7 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
     _check_comm_sms("gemm_ar", num_comm_sms)
     cfg = ar_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k), multicast=out.multicast_ptr is not None)
     if fused is None:
-        fused = overlap_pays(m, n, cfg.gemm, world.size, Device.current().sm_count, row_sharded=False)
+        fused = overlap_pays(m, n, cfg.gemm, world.size, context_sm_count(), row_sharded=False)
     if not fused:
         gemm(a, b, out.local, b_layout=b_layout, stream=stream)
         return collectives.all_reduce(out, world, stream=stream, timeout_ns=timeout_ns)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..launch import Device, TensorMap, as_dtype, empty, from_dlpack
 from ..launch.array import DeviceArray
+from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..templates.gemm_parts import STAGING_BYTES, TILE_K
 from ..templates.kernels import gemm as kernel
@@ -92,19 +93,20 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Co
             raise GemmArgumentError(f"gemm: {name} must be C-contiguous")
     device = Device.current()
     cfg = config or choose_config(m, n, k, dtype_name(a.dtype), dtype_name(out_dtype), b_layout,
-                                  sm_count=device.sm_count, smem_limit=device.smem_per_block_optin)
+                                  sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
     if cfg.b_layout != b_layout:
         raise GemmArgumentError(f"gemm: config.b_layout={cfg.b_layout!r} but b_layout={b_layout!r}")
     if out is None:
         out = empty((m, n), as_dtype(out_dtype))
     launchable = load(kernel.build, cfg, device)
     tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
-    grid = min(device.sm_count, tiles_m * tiles_n)
+    threads = 128 * (1 + cfg.consumers)
+    grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n)
     args = ordered_args(launchable, dict(
         tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box),
         tmap_c=_tensor_map(out, cfg.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, rank=0, world=1,
         status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0))
-    launchable[grid, 128 * (1 + cfg.consumers), cfg.smem_bytes](*args, stream=stream)
+    launchable[grid, threads, cfg.smem_bytes](*args, stream=stream)
     return out
 
 

@@ -6,6 +6,11 @@ and the shared-memory layout; the template emits the rest: parameters (world, de
 maps, the runtime ``num_comm_sms``), shared-memory carving and mbarrier setup, the split of blocks into
 compute workers and communicators, the warpgroup specialisation with register rebalancing, and the
 task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models).
+
+Blocks take their role from their launch ticket (:mod:`.progress`), so the grid may be larger than what
+is resident: communicators that wait on compute blocks take the last tickets (the default), and
+communicators that never wait take the first (``comm_first=True``, when compute blocks wait on them).
+Hosts size the grid with :func:`pkptx.launch.occupancy.persistent_grid`.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from ..primitives import StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
+from .progress import FLAGS, PARAMS as PROGRESS_PARAMS, take_ticket
 
 WARPGROUP = 128
 WINDOW_SLACK = 1024
@@ -54,6 +60,7 @@ class Ctx:
     smem: dict[str, Reg]
     rings: dict[str, StageRing]
     tid: Reg
+    ticket: Reg | None = None
     role_tid: Reg | None = None
     role_threads: int = 0
     _params: dict = field(default_factory=dict)
@@ -88,6 +95,8 @@ class Template:
     consumer_regs: int = 232
     rebalance: bool = False              # emit setmaxnreg (needs sm_90a)
     comm_threads: int | None = None      # threads per block when there is no compute side
+    comm_first: bool = False             # communicators take the first tickets (they never wait)
+    progress: bool = True                # roles from launch tickets (off only where no block ever waits)
 
     @property
     def dynamic_smem(self) -> int:
@@ -104,12 +113,18 @@ class Template:
         return out
 
     @property
+    def all_layouts(self) -> tuple[ParallelLayout, ...]:
+        """The kernel's PGLs and the progress flags every launch counts on."""
+        return self.layouts + ((FLAGS,) if self.progress and FLAGS not in self.layouts else ())
+
+    @property
     def threads(self) -> int:
         return self.comm_threads or WARPGROUP * (1 + self.consumers)
 
     def kernel_params(self) -> list[Param]:
-        out = list(self.params) + WorldParams.params() + Deadline.params() + [Param("num_comm_sms", u32)]
-        for lay in self.layouts:
+        out = (list(self.params) + WorldParams.params() + Deadline.params() + [Param("num_comm_sms", u32)]
+               + (list(PROGRESS_PARAMS) if self.progress else []))
+        for lay in self.all_layouts:
             out += lay.params()
         for t in self.tensor_maps:
             out += t.params()
@@ -134,15 +149,19 @@ class Template:
         ctx = self._context(k, b)
         if prologue:
             prologue(ctx)
-        block, nblocks = b.special("ctaid.x"), b.special("nctaid.x")
-        first_comm = b.sub(u32, nblocks, ctx.param("num_comm_sms"), name="first_comm")
-        is_comm = b.setp("ge", u32, block, first_comm, name="is_comm")
+        block, nblocks, ncomm = ctx.ticket, b.special("nctaid.x"), ctx.param("num_comm_sms")
+        workers = b.sub(u32, nblocks, ncomm, name="compute_workers")
+        if self.comm_first:
+            is_comm = b.setp("lt", u32, block, ncomm, name="is_comm")
+            comm_worker, compute_worker = block, b.sub(u32, block, ncomm, name="compute_worker")
+        else:
+            is_comm = b.setp("ge", u32, block, workers, name="is_comm")
+            comm_worker, compute_worker = b.sub(u32, block, workers, name="comm_worker"), block
         with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
             with comm_arm:
                 if communicator is not None:
                     cctx = ctx.branch()
-                    worker = b.sub(u32, block, first_comm, name="comm_worker")
-                    stride = cctx.param("num_comm_sms")
+                    worker, stride = comm_worker, cctx.param("num_comm_sms")
                     if rank_major_comm:
                         worker = b.mad(u32, worker, cctx.world, cctx.rank, mode="lo", name="comm_first")
                         stride = b.mul(u32, stride, cctx.world, mode="lo", name="comm_stride")
@@ -150,7 +169,7 @@ class Template:
             with compute_arm:
                 if has_compute:
                     pctx = ctx.branch()
-                    self._compute(pctx, block, first_comm, num_tasks(pctx), loader, consumer, storer)
+                    self._compute(pctx, compute_worker, workers, num_tasks(pctx), loader, consumer, storer)
         b.bar_sync(0)
         if epilogue:
             epilogue(ctx)
@@ -161,7 +180,7 @@ class Template:
     def _context(self, k: Kernel, b: Builder) -> Ctx:
         rank, world = WorldParams.load(b)
         deadline = Deadline.start(b, rank)
-        layouts = {lay.name: lay.bind(b) for lay in self.layouts}
+        layouts = {lay.name: lay.bind(b) for lay in self.all_layouts}
         tmaps = {t.name: t.bind(b) for t in self.tensor_maps}
         smem = {buf.name: b.mov(u32, k.shared(buf.name, buf.nbytes, buf.align), name=buf.name)
                 for buf in self.buffers}
@@ -175,12 +194,13 @@ class Template:
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
                  for r in self.rings}
         tid = b.special("tid.x")
+        ticket = take_ticket(b, k, rank, layouts[FLAGS.name], tid) if self.progress else b.special("ctaid.x")
         if self.rings:
             leader = b.setp("eq", u32, tid, 0, name="ring_leader")
             for spec, ring in zip(self.rings, rings.values()):
                 ring.init(b, spec.arrivals, leader=leader)
             b.bar_sync(0)
-        return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid)
+        return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid, ticket)
 
     @staticmethod
     def _walk(ctx: Ctx, first, stride, num_tasks, role: Role, role_tid, role_threads: int) -> None:

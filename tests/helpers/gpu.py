@@ -34,8 +34,10 @@ def rank_env(**extra) -> dict:
     one GPU are real ranks) unless ``PKPTX_TEST_DEVICES`` lists the GPUs to spread them over, as the
     multi-GPU run does (``bench/multigpu.py``)."""
     import os
+    mps = {name: os.environ[name] for name in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
+           if name in os.environ}
     return {"PKPTX_DISABLE_MULTICAST": "1", "CUDA_VISIBLE_DEVICES": os.environ.get("PKPTX_TEST_DEVICES", "0"),
-            **extra}
+            **mps, **extra}
 
 
 def world_sizes(default: list[int]) -> list[int]:
@@ -43,3 +45,33 @@ def world_sizes(default: list[int]) -> list[int]:
     import os
     extra = int(os.environ.get("PKPTX_TEST_WORLD", "0"))
     return sorted(set(default) | ({extra} if extra else set()))
+
+
+HOG_MS, HOG_TIMEOUT_S = 1500, 0.5
+
+
+def sharing_cases(default: list[int]) -> list:
+    """How the multi-rank GPU tests share the one GPU: pytest params of (ranks, MPS shares, hog).
+
+    Under MPS (``PKPTX_TEST_MPS=1`` with the daemon's pipe folder in the environment, as
+    ``tools/gpu_check.py --mps`` sets up) every rank count runs concurrently on equal SM shares, and 2 ranks
+    on 30/70; otherwise the ranks are time-sliced. Always: 1 rank while other work holds half of the SMs
+    for longer than the device timeout (``hog``), which only persistent kernels that need no co-resident
+    blocks survive.
+    """
+    import os
+    mps = os.environ.get("PKPTX_TEST_MPS") == "1"
+    cases = [pytest.param(r, [100 // r] * r if mps and r > 1 else None, False,
+                          id=f"{r}rank" + (f"-mps{100 // r}" if mps and r > 1 else "")) for r in world_sizes(default)]
+    if mps:
+        cases.append(pytest.param(2, [30, 70], False, id="2rank-mps30-70"))
+    cases.append(pytest.param(1, None, True, id="1rank-hog"))
+    return cases
+
+
+def sharing_env(shares, hog: bool) -> dict:
+    """The ranks' environment for a :func:`sharing_cases` case."""
+    env = {"PKPTX_MPS_SHARES": ",".join(map(str, shares))} if shares else {}
+    if hog:
+        env.update(PKPTX_TEST_HOG_MS=str(HOG_MS), PKPTX_TIMEOUT_S=str(HOG_TIMEOUT_S))
+    return env

@@ -1,6 +1,7 @@
 """Collectives on GPU 0 with 1 to 4 ranks (processes), against numpy references (float64 for
-reductions, bit-exact for copies). One mpirun per (collective, rank count), so a hang in one
-collective cannot hide the others' results."""
+reductions, bit-exact for copies): time-sliced or under MPS with SM shares, and at 1 rank beside work
+that holds half of the SMs (tests.helpers.gpu.sharing_cases). One mpirun per (collective, case), so a
+hang in one collective cannot hide the others' results."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers.gpu import rank_env, world_sizes
+from tests.helpers.gpu import rank_env, sharing_cases, sharing_env
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
 from mpi_programs import launcher  # noqa: E402
@@ -18,12 +19,12 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", world_sizes([1, 2, 3, 4]))
+@pytest.mark.parametrize("ranks, shares, hog", sharing_cases([1, 2, 3, 4]))
 @pytest.mark.parametrize("collective", COLLECTIVES)
-def test_collective_matches_numpy(gpu, collective, ranks):
+def test_collective_matches_numpy(gpu, collective, ranks, shares, hog):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = rank_env(PKPTX_EXAMPLES="12" if ranks <= 2 else "6")
+    env = rank_env(PKPTX_EXAMPLES="4" if hog else "12" if ranks <= 2 else "6", **sharing_env(shares, hog))
     proc, results = launcher.run(ranks, "../../templates/programs/collectives_program.py", collective, env=env,
                                  timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""AG+GEMM, GEMM+RS and GEMM+AR on GPU 0 with 1, 2 and 4 ranks (processes), against float64 numpy."""
+"""AG+GEMM, GEMM+RS and GEMM+AR on GPU 0 with 1 to 4 ranks (processes), against float64 numpy:
+time-sliced or under MPS with SM shares, and at 1 rank beside work that holds half of the SMs."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers.gpu import rank_env, world_sizes
+from tests.helpers.gpu import rank_env, sharing_cases, sharing_env
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
 from mpi_programs import launcher  # noqa: E402
@@ -15,11 +16,11 @@ from mpi_programs import launcher  # noqa: E402
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", world_sizes([1, 2, 4]))
-def test_fused_kernels_match_numpy(gpu, ranks):
+@pytest.mark.parametrize("ranks, shares, hog", sharing_cases([1, 2, 3, 4]))
+def test_fused_kernels_match_numpy(gpu, ranks, shares, hog):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = rank_env(PKPTX_EXAMPLES="18" if ranks < 4 else "12")
+    env = rank_env(PKPTX_EXAMPLES="8" if hog else "18" if ranks < 4 else "12", **sharing_env(shares, hog))
     proc, results = launcher.run(ranks, "../../templates/programs/fused_program.py", env=env, timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output

@@ -2,9 +2,9 @@
 
 A is sharded by rows: rank r owns rows [r·M/W, (r+1)·M/W) of A (M x K), kept in a symmetric buffer
 ``a`` of the full shape, where the rank has written its own rows. B is the rank's weight shard; C_r =
-A·B_rᵀ (or A·B_r). The last ``num_comm_sms`` blocks are communicators: they push the rank's row blocks
-to every peer with 1-D bulk copies through shared memory and then raise that row block's flag on every
-peer. Compute blocks start with their own rows and, before loading a peer's row block, wait for its
+A·B_rᵀ (or A·B_r). The first ``num_comm_sms`` tickets are communicators (they never wait, so the compute
+blocks that wait on them may): they push the rank's row blocks to every peer with 1-D bulk copies
+through shared memory and then raise that row block's flag on every peer. Compute blocks start with their own rows and, before loading a peer's row block, wait for its
 flag. Flags count launches (``epoch``), so they are never reset.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ...isa import Param, Sem, address, u32, u64
 from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
-from ..collective import FLAGS, rank_barrier
+from ..progress import FLAGS, close_barrier
 from ..gemm_parts import tile_of
 from . import gemm
 
@@ -34,8 +34,8 @@ def build(cfg: Config = Config()):
     g = cfg.gemm
     t = gemm.template(g, f"ag_gemm_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}",
                       params=(gemm.C_PARAM, Param("rows_per_rank", u32),
-                              Param("row_bytes", u32), Param("epoch", u32), Param("barrier_base", u32)),
-                      layouts=(A, READY, FLAGS))
+                              Param("row_bytes", u32), Param("epoch", u32)),
+                      layouts=(A, READY, FLAGS), comm_first=True)   # compute blocks wait on the pushers
 
     def own_rows_first(ctx, task):
         """The grouped order, rotated so this rank's row blocks come first."""
@@ -88,7 +88,7 @@ def build(cfg: Config = Config()):
     def epilogue(ctx):
         publish_async_writes(ctx.b)                  # this block's C stores are written, before the release
         ctx.b.bar_sync(0)
-        rank_barrier(ctx, 1, multicast=False)        # nobody overwrites A rows a peer still reads
+        close_barrier(ctx, 1, multicast=False)       # nobody overwrites A rows a peer still reads
 
     return t.build(**parts, comm_tasks=comm_tasks, communicator=push_rows, epilogue=epilogue)
 

@@ -74,7 +74,8 @@ GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param
                Param("tiles_m", u32), Param("tiles_n", u32))
 
 
-def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), comm_threads=None) -> Template:
+def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), progress: bool = True,
+             comm_first: bool = False) -> Template:
     """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers."""
     return Template(
         name, params=GEMM_PARAMS + tuple(params), layouts=tuple(layouts), tensor_maps=tuple(tensor_maps),
@@ -82,7 +83,7 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), c
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024),
                          Buffer("staging", cfg.consumers * STAGING_BYTES, 1024)),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, 4 * cfg.consumers)),
-        consumers=cfg.consumers)
+        consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
 
 def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
@@ -181,7 +182,7 @@ C_PARAM = Param("tmap_c", b8, 128, 64)
 
 def build(cfg: Config = Config()):
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}",
-                 params=(C_PARAM,))
+                 params=(C_PARAM,), progress=False)       # no block waits on another
     return t.build(**roles(cfg, store=store_c(cfg)), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 

@@ -17,7 +17,7 @@ from ...isa import Param, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ...primitives.tile import reduce_vector
-from ..collective import FLAGS, rank_barrier
+from ..progress import FLAGS, close_barrier
 from . import gemm
 
 CBUF, DONE = ParallelLayout("c"), ParallelLayout("done")
@@ -36,7 +36,7 @@ def build(cfg: Config = Config()):
     t = gemm.template(g, f"gemm_ar_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}"
                       f"{'_mc' if cfg.multicast else ''}",
                       params=(gemm.C_PARAM, Param("m", u32), Param("n", u32),
-                              Param("epoch", u32), Param("barrier_base", u32)),
+                              Param("epoch", u32)),
                       layouts=(CBUF, DONE, FLAGS))
 
     def store(ctx, acc, tm, tn, wg, staging):
@@ -76,7 +76,7 @@ def build(cfg: Config = Config()):
     parts = gemm.roles(g, store=store)
 
     def epilogue(ctx):
-        rank_barrier(ctx, 1, multicast=cfg.multicast)      # every owner has written every reduced tile
+        close_barrier(ctx, 1, multicast=cfg.multicast)     # every owner has written every reduced tile
 
     return t.build(**parts, comm_tasks=lambda ctx: ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"),
                                                              mode="lo"),

@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import PTXBuildError
 from ...isa import Param, address, u32
 from ...primitives.p2p import TensorMapTable
-from ..collective import rank_barrier, FLAGS
+from ..progress import FLAGS, close_barrier, open_barrier
 from ..gemm_parts import stage_accumulators, tile_of
 from . import gemm
 
@@ -36,7 +36,7 @@ class Config:
 def build(cfg: Config = Config()):
     g = cfg.gemm
     t = gemm.template(g, f"gemm_rs_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}",
-                      params=(Param("rows_per_rank", u32), Param("barrier_base", u32)),
+                      params=(Param("rows_per_rank", u32),),
                       layouts=(FLAGS,), tensor_maps=(C,))
 
     def staggered(ctx, task):
@@ -63,14 +63,14 @@ def build(cfg: Config = Config()):
         ctx.b.bulk_wait_group(0)
         ctx.b.fence_proxy_async("global")
         ctx.b.bar_sync(0)
-        rank_barrier(ctx, 2, multicast=False)
+        close_barrier(ctx, 2, multicast=False)
 
     parts = gemm.roles(g, store=store, tile=staggered)
     prologue = parts.pop("prologue")
 
     def start(ctx):
         prologue(ctx)
-        rank_barrier(ctx, 1, multicast=False)      # every rank's C is zeroed before anyone adds into it
+        open_barrier(ctx, multicast=False)         # every rank's C is zeroed before anyone adds into it
 
     return t.build(**parts, prologue=start, epilogue=epilogue)
 

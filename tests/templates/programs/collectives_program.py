@@ -25,6 +25,7 @@ from pkptx.launch.symmetric import SymmetricHeap  # noqa: E402
 from pkptx.launch.world import World  # noqa: E402
 from pkptx.ops import collectives  # noqa: E402
 from pkptx.templates.kernels import all_gather, all_reduce, all_to_all, reduce_scatter  # noqa: E402
+from tests.helpers.hog import hog_from_env  # noqa: E402
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 BITS = {"bf16": np.uint16, "f16": np.uint16, "f32": np.uint32}
@@ -76,6 +77,7 @@ class Harness:
 
     def __init__(self, world, device, heap):
         self.world, self.device, self.heap = world, device, heap
+        self.hog = hog_from_env()
         self.cases: dict[str, list] = {name: [] for name in COLLECTIVES}
         self.failures: dict[str, list] = {name: [] for name in COLLECTIVES}
 
@@ -97,9 +99,11 @@ class Harness:
                 buf.free()
 
     def ready(self) -> None:
-        """Inputs written on every rank before any rank launches."""
+        """Inputs written on every rank before any rank launches (then, with ``PKPTX_TEST_HOG_MS``,
+        half of the SMs taken by other work while the collective runs)."""
         self.device.synchronize()
         self.world.barrier(what="inputs written")
+        self.hog()
 
 
 def all_reduce_cases(h: Harness) -> None:

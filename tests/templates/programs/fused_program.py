@@ -20,6 +20,7 @@ from mpi_programs.launcher import report  # noqa: E402
 from pkptx.launch import Device, SymmetricHeap, World, from_numpy  # noqa: E402
 from pkptx.ops import collectives, fused  # noqa: E402
 from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs  # noqa: E402
+from tests.helpers.hog import hog_from_env  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
@@ -39,6 +40,13 @@ def main() -> None:
     heap = SymmetricHeap(world, 256 << 20)
     failures, cases = [], []
     w = world.size
+    hog = hog_from_env()
+
+    def ready():
+        """Inputs written everywhere; then (``PKPTX_TEST_HOG_MS``) half of the SMs taken by other work."""
+        device.synchronize()
+        world.barrier(what="inputs written")
+        hog()
 
     @settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "18")), derandomize=True, database=None,
               deadline=None, suppress_health_check=list(HealthCheck))
@@ -60,8 +68,7 @@ def main() -> None:
                 full[world.rank * (m // w):(world.rank + 1) * (m // w)] = a_rows[world.rank]
                 a_full.local.copy_from_numpy(full)
                 got = from_numpy(np.full((m, n), np.nan, dtype=BF16))
-                device.synchronize()
-                world.barrier(what="inputs written")
+                ready()
                 fused.ag_gemm(a_full, from_numpy(b_local), world, out=got, b_layout=layout, fused=fuse,
                               num_comm_sms=comm)
                 collectives.synchronize(what="ag_gemm")
@@ -74,8 +81,7 @@ def main() -> None:
                 out = heap.alloc(out_shape, np.float32 if op == "gemm_rs" else BF16)
                 buffers.append(out)
                 out.local.fill(0x7FC00000 if op == "gemm_rs" else 0x7FC0)
-                device.synchronize()
-                world.barrier(what="inputs written")
+                ready()
                 A, B = from_numpy(a_parts[world.rank]), from_numpy(b_parts[world.rank])
                 if op == "gemm_rs":
                     fused.gemm_rs(A, B, world, out=out, b_layout=layout, fused=fuse)
