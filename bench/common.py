@@ -110,7 +110,7 @@ def sharing(world) -> tuple[str, str]:
     there is no NVLink, so such figures measure the protocol, the overlap and the SM split."""
     from pkptx.launch import mps
     from pkptx.launch.occupancy import context_sm_count
-    mine = (os.environ.get(mps.PERCENT_ENV, ""), context_sm_count(), mps.status().running)
+    mine = (os.environ.get(mps.PERCENT_ENV, ""), context_sm_count(), mps.in_client_env())
     every = world.allgather(mine, what="bench sharing")
     if world.size == 1 or Device.available() >= world.size:
         return "", f"SMs used: {every[0][1]}. "

@@ -204,6 +204,14 @@ def status(pipe_dir: str | None = None) -> MpsStatus:
     return MpsStatus(True, pipe_dir, f"MPS daemon up on {pipe_dir}; servers: {servers or 'none yet'}")
 
 
+def in_client_env() -> bool:
+    """Whether this process's CUDA context connects to an MPS daemon: its pipe folder is in the
+    environment and holds the daemon's control pipe (no call to the control binary, which a busy
+    daemon may not answer in time)."""
+    pipe_dir = os.environ.get(PIPE_ENV)
+    return bool(pipe_dir) and (Path(pipe_dir) / "control").exists()
+
+
 def _saved() -> dict[str, str]:
     if not STATE_FILE.exists():
         return {}

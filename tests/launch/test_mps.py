@@ -117,3 +117,10 @@ def test_cli_status_without_a_daemon(tmp_path, monkeypatch, capsys):
     assert mps.main(["status"]) == 1
     assert "no MPS control pipe" in capsys.readouterr().out
     assert subprocess.run([sys.executable, "-c", "import pkptx.launch.mps"]).returncode == 0
+
+
+def test_a_client_knows_it_is_one(fake_control, monkeypatch):
+    with mps.daemon() as d:
+        monkeypatch.setenv(mps.PIPE_ENV, d.pipe_dir)
+        assert mps.in_client_env()
+    assert not mps.in_client_env()
