@@ -1,17 +1,19 @@
 """Allocation benchmark: host us per allocate+free pair for the allocators pkptx can use.
 
-    python bench/bench_alloc.py [--record] [--quick]
+    python -m pkptx bench alloc [--record] [--quick]
 
 Rows: synchronous cuMemAlloc/cuMemFree, the driver's stream-ordered pool (DriverPool), pkptx's own
 CachingPool, and ``pkptx.launch.empty`` end to end (DeviceArray + default pool + free on collection).
 """
 from __future__ import annotations
 
-import numpy as np
-from common import host_us, parse_args, report
+import sys
 
-from pkptx.launch import CachingPool, DeviceArray, Device, DriverPool, Stream, empty
-from pkptx.launch.driver import call
+import numpy as np
+
+from ..launch import CachingPool, DeviceArray, Device, DriverPool, Stream, empty
+from ..launch.driver import call
+from .common import host_us, parse_args, report
 
 SIZES = (256, 64 << 10, 16 << 20)
 
@@ -25,7 +27,8 @@ def verify(pool, stream, nbytes: int) -> None:
     pool.free(ptr, nbytes, stream.cu)
 
 
-def main(args) -> None:
+def main(argv=None) -> int:
+    args = parse_args(__doc__.splitlines()[0], argv)
     device = Device(0).set_current()
     stream = Stream(device)
     calls = 500 if args.quick else 5000
@@ -51,7 +54,8 @@ def main(args) -> None:
                                                         "empty() (driver pool)"], rows,
            "DriverPool: cuMemAllocFromPoolAsync/cuMemFreeAsync, release threshold = keep all; CachingPool: "
            "cuMemAlloc blocks reused per (stream, size class).", args.record)
+    return 0
 
 
 if __name__ == "__main__":
-    main(parse_args(__doc__.splitlines()[0]))
+    sys.exit(main())

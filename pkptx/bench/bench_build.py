@@ -1,7 +1,7 @@
 """Build-time benchmark: emit a ~1000-instruction kernel, assemble it cold, then again from the cache.
 
 Goal (issue 2): under 1 s cold, under 10 ms from the cache. No GPU needed.
-``python bench/bench_build.py [--record]``.
+``python -m pkptx bench build [--record]``.
 """
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pkptx.isa import Kernel, Param, address, f32, u32, u64  # noqa: E402
-from pkptx.toolchain import assemble, build_cached, nvjitlink_version  # noqa: E402
+from ..isa import Kernel, Param, address, f32, u32, u64
+from ..toolchain import assemble, build_cached, nvjitlink_version
+from .common import report
 
 
 def build_kernel(instructions: int = 1000, salt: int = 0) -> Kernel:
@@ -29,7 +28,7 @@ def build_kernel(instructions: int = 1000, salt: int = 0) -> Kernel:
     while k.instruction_count < instructions - 8:
         with b.if_then(b.setp("lt", u32, tid, n)):
             v = b.fma(f32, acc, float(salt + 1), 0.5, rnd="rn")
-            acc = b.max(f32, b.mul(f32, v, acc), acc)
+            b.max(f32, b.mul(f32, v, acc), acc, into=acc)   # into: acc stays written on every path
             b.st(f32, address(p, 4 * (k.instruction_count % 64)), acc, space="global")
     b.ret()
     return k
@@ -63,10 +62,10 @@ def measure(repeats: int = 5) -> dict:
             "build_cached_ms": statistics.median(rebuild_ms)}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", action="store_true", help="append the result to bench/RESULTS.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     assemble(build_kernel(10).render(), "sm_90", use_cache=False)      # load nvJitLink once
     r = measure()
     rows = [["emit PTX with the builder", r["emit_ms"], ""],
@@ -74,7 +73,6 @@ def main() -> int:
             ["emit + assemble cold", r["emit_ms"] + r["assemble_cold_ms"], "< 1000"],
             ["assemble the same PTX again (cubin cache)", r["assemble_cached_ms"], ""],
             ["build_cached: same factory and config again (no emit, no assemble)", r["build_cached_ms"], "< 10"]]
-    from common import report
     report(f"Build and assemble a {r['instructions']}-instruction kernel (no GPU)", ["step", "ms", "goal"], rows,
            f"Median of 5; nvJitLink {nvjitlink_version()}.", args.record)
     return 0

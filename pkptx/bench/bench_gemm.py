@@ -1,22 +1,24 @@
 """pkptx.gemm against cuBLAS (torch.matmul on the device) in the same run, bf16 in, fp32 accumulate,
 bf16 out, C = A·Bᵀ with A (M x K) and B (N x K). Random data; each shape is checked against an fp32
-torch product before it is timed. ``python bench/bench_gemm.py [--record] [--quick]``."""
+torch product before it is timed. ``python -m pkptx bench gemm [--record] [--quick]``."""
 from __future__ import annotations
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-from common import event_ms, parse_args, report
+import sys
+
+from .common import event_ms, parse_args, report
+from .progress import progress
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 2048), (8192, 8192, 1024), (2048, 2048, 16384)]
 
 
-def main() -> None:
-    args = parse_args(__doc__)
+def main(argv=None) -> int:
+    args = parse_args(__doc__, argv)
     import torch
-    from pkptx.ops.gemm import choose_config, gemm
-    from pkptx.launch import Device, Stream
+    from ..launch import Device, Stream
+    from ..ops.gemm import choose_config, gemm
     stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
     rows = []
-    for m, n, k in SHAPES[:2] if args.quick else SHAPES:
+    for m, n, k in progress(SHAPES[:2] if args.quick else SHAPES, "gemm shapes"):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -38,7 +40,8 @@ def main() -> None:
             "ratio"], rows, "Median of CUDA-event timings (GPU time: a GPU spin before each repeat hides the host); "
             "ratio = cuBLAS time / pkptx time (1.0 = parity).",
            args.record)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,26 +1,27 @@
 """Launch benchmarks: (1) host cost of one launch of an empty kernel, pkptx against CuPy and bare
 cuda.bindings in the same run; (2) a cp.async.bulk copy kernel against cuMemcpyDtoDAsync at 1 GiB.
 
-    python bench/bench_launch.py [--record] [--quick]
+    python -m pkptx bench launch [--record] [--quick]
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from common import event_ms, host_us_interleaved, parse_args, report
 
-from pkptx import isa
-from pkptx.isa import Param
-from pkptx.isa import types as T
-from pkptx.launch import Device, Kernel, LaunchConfig, Stream, empty, from_numpy, launch
-from pkptx.launch.driver import call, check, driver
-from pkptx.ops.collectives import synchronize
-from pkptx.ops.copy import bulk_copy
-from pkptx.templates.kernels import copy as copy_kernel
+from .. import isa
+from ..isa import Param
+from ..isa import types as T
+from ..launch import Device, Kernel, LaunchConfig, Stream, empty, from_numpy, launch
+from ..launch.driver import call, check, driver
+from ..ops.collectives import synchronize
+from ..ops.copy import bulk_copy
+from ..templates.kernels import copy as copy_kernel
+from .common import event_ms, host_us_interleaved, parse_args, report
 
 COPY_SWEEP = ((copy_kernel.Config().chunk, copy_kernel.Config().stages, copy_kernel.CTAS_PER_SM),
               (64 << 10, 3, 1), (4 << 10, 12, 4), (2 << 10, 12, 8), (2 << 10, 6, 12), (1 << 10, 16, 12),
@@ -147,7 +148,12 @@ def bench_bulk_copy(args) -> None:
            f"best: {best[0]} at {best[4]} of cuMemcpyDtoDAsync (goal >= 0.95)", args.record)
 
 
-if __name__ == "__main__":
-    options = parse_args(__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    options = parse_args(__doc__.splitlines()[0], argv)
     bench_overhead(options)
     bench_bulk_copy(options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

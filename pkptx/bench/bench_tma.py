@@ -10,7 +10,7 @@ the median of CUDA-event timings of a CUDA graph of ``BATCH`` back-to-back copie
 so the host's launch cost (several microseconds from Python) does not hide the device time of small
 copies. GB/s counts the bytes copied (not read + written).
 
-    python bench/bench_tma.py [--record] [--quick]
+    python -m pkptx bench copy [--record] [--quick]
 """
 from __future__ import annotations
 
@@ -18,14 +18,13 @@ import sys
 
 import numpy as np
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-from common import event_ms, parse_args, report
-
-from pkptx.isa import Kernel, Param, address, b32, u32, u64
-from pkptx.launch import Device, Kernel as Loaded, Stream, capture, empty, from_numpy
-from pkptx.launch.driver import call
-from pkptx.ops.copy import bulk_copy as pkptx_bulk_copy
-from pkptx.templates.kernels import copy as bulk_copy
+from ..isa import Kernel, Param, address, b32, u32, u64
+from ..launch import Device, Kernel as Loaded, Stream, capture, empty, from_numpy
+from ..launch.driver import call
+from ..ops.copy import bulk_copy as pkptx_bulk_copy
+from ..templates.kernels import copy as bulk_copy
+from .common import event_ms, parse_args, report
+from .progress import progress
 
 SIZES = [1 << k for k in range(7, 21)]          # 128 B .. 1 MiB
 BATCH = 64
@@ -100,8 +99,8 @@ def timed(fn, stream: Stream, repeats: int) -> float:
     return event_ms(lambda: cap.graph.launch(stream), stream, repeats=repeats, warmup=2) * 1e3 / BATCH
 
 
-def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    args = parse_args(__doc__.splitlines()[0], argv)
     device = Device(0).set_current()
     stream = Stream(device)
     copies = Copies(device, stream)
@@ -109,7 +108,7 @@ def main() -> None:
     repeats = 5 if args.quick else 25
     rng = np.random.default_rng(0)
     rows = []
-    for n in sizes:
+    for n in progress(sizes, "copy sizes"):
         host = rng.integers(0, 256, n, dtype=np.uint8)
         src = from_numpy(host, stream)
         dst = empty((n + 256,), np.uint8, stream=stream)      # 256 bytes past the end must stay poisoned
@@ -128,6 +127,7 @@ def main() -> None:
            f"Median of CUDA events over {repeats} repeats of graphs of {BATCH} copies (per copy); "
            "GB/s = bytes copied / time. "
            "Each copy verified before timing.", args.record)
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ process per GPU, multicast off (PKPTX_DISABLE_MULTICAST=1; NCCL_NVLS_ENABLE=0 is
    cuBLAS + NCCL one after the other, with the unoverlapped share of communication;
 4. the results appended to bench/RESULTS.md (and copied to $OUT).
 
-``PKPTX_DISABLE_MULTICAST=1 python3 bench/multigpu.py [--quick]``
+``PKPTX_DISABLE_MULTICAST=1 python3 -m pkptx.bench.multigpu [--quick]`` (from the checkout)
 """
 from __future__ import annotations
 
@@ -18,21 +18,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="smaller sweeps")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if os.environ.get("PKPTX_DISABLE_MULTICAST") != "1":
         print("refusing to run: set PKPTX_DISABLE_MULTICAST=1")
         return 2
-    sys.path.insert(0, str(ROOT))
-    from pkptx.launch import Device
+    from ..launch import Device
     gpus = Device.available()
     if gpus < 2:
-        print(f"bench/multigpu.py needs several GPUs; this machine has {gpus}")
+        print(f"pkptx.bench.multigpu needs several GPUs; this machine has {gpus}")
         return 2
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0",
                TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
@@ -43,9 +42,9 @@ def main() -> int:
         mpirun += ["-x", name]
     steps = [
         ("tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests"], 1800),
-        ("collectives", [*mpirun, sys.executable, "bench/bench_collectives.py", "--record",
+        ("collectives", [*mpirun, sys.executable, "-m", "pkptx.bench.bench_collectives", "--record",
                          "--max-bytes", str(1 << (26 if args.quick else 30))], 900),
-        ("fused", [*mpirun, sys.executable, "bench/bench_fused.py", "--record",
+        ("fused", [*mpirun, sys.executable, "-m", "pkptx.bench.bench_fused", "--record",
                    "--sizes", "2048,4096" if args.quick else "2048,4096,8192,16384"], 900),
     ]
     results = []
