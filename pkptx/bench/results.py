@@ -98,8 +98,9 @@ def parse_markdown(text: str) -> list[Record]:
             continue
         first, last = table[0], table[-1]
         where = lines[0].strip() if first > 0 else ""
-        grid = [[c for c in line.strip().strip("|").split("|")] for line in lines[first:last + 1]]
-        body_rows = [r for r in grid[1:] if not all(set(c.strip()) <= set("-: ") for c in r)]
+        grid = [line.strip().strip("|").split("|") for line in lines[first:last + 1]]
+        ruled = all(set(c.strip()) <= set("-:") for c in grid[1])      # the |---|---| under the header
+        body_rows = grid[2:] if ruled else grid[1:]
         records.append(Record(title.strip(), tuple(c.strip() for c in grid[0]),
                               tuple(tuple(cell(c) for c in r) for r in body_rows),
                               "\n".join(lines[last + 1:]).strip(), where))
