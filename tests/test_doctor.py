@@ -64,13 +64,9 @@ def machine(monkeypatch):
     """Install a GpuMachine built by the test (multicast opt-outs cleared); uninstalled afterwards."""
     for name, _ in DISABLING_ENV:
         monkeypatch.delenv(name, raising=False)
-    installed = []
-
-    def install(**options) -> GpuMachine:
-        installed.append(GpuMachine(**options).install())
-        return installed[-1]
-    yield install
-    for fake in reversed(installed):
+    fakes: list[GpuMachine] = []
+    yield lambda **options: fakes.append(GpuMachine(**options).install()) or fakes[-1]
+    for fake in reversed(fakes):
         fake.uninstall()
 
 
