@@ -56,10 +56,56 @@ def test_bad_arguments_are_one_clear_line(capsys, argv, message, monkeypatch):
     assert rc == 2 and message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("argv", [["copy"], ["collectives", "--ranks", "2"], ["gemm", "--quick"]])
+def test_gpu_benchmarks_without_a_gpu_say_why(capsys, monkeypatch, argv):
+    from pkptx import doctor
+    monkeypatch.setattr(doctor, "probe", lambda: doctor.Machine(0, "cuInit -> CUDA_ERROR_NO_DEVICE"))
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 2 and err == (f"pkptx bench {argv[0]}: needs a CUDA GPU, and none answers here (cuInit -> "
+                               "CUDA_ERROR_NO_DEVICE); `pkptx bench build` runs without one, `pkptx doctor` "
+                               "checks this machine\n")
+
+
+def test_a_benchmarks_own_usage_errors_name_it(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["build", "--bogus"])
+    assert stop.value.code == 2 and "pkptx bench build: error: unrecognized arguments: --bogus" in capsys.readouterr().err
+    with pytest.raises(BenchError, match="ranks=0"):
+        mpirun.command(mpirun.Launcher("L", "mpich"), 0, ["x"])
+
+
 def test_mps_needs_the_helper(capsys, monkeypatch):
     monkeypatch.setattr(mpirun, "mps_module", lambda: None)
     rc, _, err = run_cli(capsys, "collectives", "--ranks", "2", "--mps")
     assert rc == 2 and "--mps needs pkptx.launch.mps" in err
+
+
+def test_mps_gives_each_rank_its_share_inside_the_daemons_life(capsys, monkeypatch):
+    import contextlib
+    import types
+
+    from pkptx import doctor
+    events = []
+
+    @contextlib.contextmanager
+    def daemon(pipe_dir=None):
+        events.append("start")
+        yield types.SimpleNamespace(env=lambda share_percent=None: {"CUDA_MPS_PIPE_DIRECTORY": "/p",
+                                                                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(share_percent)})
+        events.append("stop")
+    fake = types.SimpleNamespace(daemon=daemon, shares=lambda n, split=None: [40, 30, 30])
+    monkeypatch.setattr(mpirun, "mps_module", lambda: fake)
+    monkeypatch.setattr(mpirun, "find", lambda: mpirun.Launcher("/bin/mpirun", "openmpi"))
+    monkeypatch.setattr(doctor, "probe", lambda: doctor.Machine(1, None))
+    monkeypatch.setattr(cli.subprocess, "run", lambda cmd, env: events.append((cmd, env)) or types.SimpleNamespace(
+        returncode=0))
+    rc, _, err = run_cli(capsys, "fused", "--ranks", "3", "--mps", "--sizes", "2048")
+    assert rc == 0, err
+    start, (cmd, env), stop = events
+    assert (start, stop) == ("start", "stop") and results.OUT_ENV in env
+    shares = [a.split("=")[1] for a in cmd if a.startswith("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=")]
+    assert shares == ["40", "30"] and cmd.count(":") == 1
+    assert cmd[-5:] == [sys.executable, "-m", "pkptx.bench.bench_fused", "--sizes", "2048"]
 
 
 def test_help_lists_benchmarks_and_the_benchmarks_own_options(capsys):

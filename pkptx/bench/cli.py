@@ -12,6 +12,7 @@ goes to the benchmark (``pkptx bench NAME --help`` lists them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -33,12 +34,13 @@ FORWARDED_ENV = ("PYTHONPATH", "PKPTX_DISABLE_MULTICAST", "NCCL_NVLS_ENABLE", "T
 @dataclass(frozen=True)
 class Bench:
     """A benchmark: its module in pkptx.bench, what it measures, a pattern its table titles start with
-    (how --from finds them), how to plot them, and whether it runs as MPI ranks."""
+    (how --from finds them), how to plot them, whether it runs as MPI ranks and whether it needs a GPU."""
     module: str
     about: str
     titles: str
     plot: PlotSpec | None = None
     mpi: bool = False
+    gpu: bool = True
 
 
 BENCHES = {
@@ -55,7 +57,8 @@ BENCHES = {
     "launch": Bench("bench_launch", "host cost of one launch; bulk copy against cuMemcpy",
                     r"(Launch overhead|Bulk copy)"),
     "alloc": Bench("bench_alloc", "allocate + free per allocator", r"Allocation"),
-    "build": Bench("bench_build", "emit and assemble a 1000-instruction kernel (no GPU)", r"Build and assemble"),
+    "build": Bench("bench_build", "emit and assemble a 1000-instruction kernel (no GPU)", r"Build and assemble",
+                   gpu=False),
 }
 NOT_YET = {"attention": "ring and Ulysses attention", "sp": "sequence-parallel attention",
            "moe": "MoE dispatch and expert GEMM"}
@@ -128,11 +131,9 @@ def rank_environments(ranks: int, daemon, mps) -> list[dict[str, str]]:
     return [daemon.env(share_percent=share) for share in mps.shares(ranks)]
 
 
-def run_ranks(bench: Bench, args, rest: list[str], sink: str) -> int:
-    """The benchmark as ``args.ranks`` ranks under the MPI launcher (and a private MPS daemon)."""
-    mps = mpirun.mps_module() if args.mps else None
-    if args.mps and mps is None:
-        raise BenchError("--mps needs pkptx.launch.mps (the MPS daemon helper), which is not in this version")
+def run_ranks(bench: Bench, args, rest: list[str], sink: str, mps) -> int:
+    """The benchmark as ``args.ranks`` ranks under the MPI launcher (and a private MPS daemon, with
+    ``mps`` the helper module, else None)."""
     env = dict(os.environ, **{results.OUT_ENV: sink})
     if PROGRESS_ENV not in env and enabled(sys.stderr):
         env[PROGRESS_ENV] = "1"
@@ -146,18 +147,31 @@ def run_ranks(bench: Bench, args, rest: list[str], sink: str) -> int:
         return subprocess.run(cmd, env=env).returncode
 
 
-def run_here(bench: Bench, rest: list[str], sink: str) -> int:
-    """The benchmark in this process, its tables also written to ``sink``."""
-    module = importlib.import_module(f"pkptx.bench.{bench.module}")
-    before = os.environ.get(results.OUT_ENV)
-    os.environ[results.OUT_ENV] = sink
+@contextlib.contextmanager
+def as_program(name: str, sink: str | None = None):
+    """Run a benchmark's main here as ``pkptx bench NAME`` (what its usage and errors call it), its
+    tables also written to ``sink``; both restored afterwards."""
+    argv, before = sys.argv, os.environ.get(results.OUT_ENV)
+    sys.argv = [f"pkptx bench {name}"]
+    if sink is not None:
+        os.environ[results.OUT_ENV] = sink
     try:
-        return module.main(rest) or 0
+        yield importlib.import_module(f"pkptx.bench.{BENCHES[name].module}")
     finally:
+        sys.argv = argv
         if before is None:
-            os.environ.pop(results.OUT_ENV)
+            os.environ.pop(results.OUT_ENV, None)
         else:
             os.environ[results.OUT_ENV] = before
+
+
+def require_gpu(name: str) -> None:
+    """A BenchError saying why, before a benchmark that needs a GPU starts on a machine without one."""
+    from ..doctor import probe
+    machine = probe()
+    if BENCHES[name].gpu and not machine.gpus:
+        raise BenchError(f"needs a CUDA GPU, and none answers here ({machine.no_gpu}); `pkptx bench build` "
+                         "runs without one, `pkptx doctor` checks this machine")
 
 
 def run(name: str, args, rest: list[str]) -> int:
@@ -165,10 +179,20 @@ def run(name: str, args, rest: list[str]) -> int:
     if args.ranks is not None and not bench.mpi:
         raise BenchError(f"--ranks: `{name}` runs in one process; the MPI benchmarks are "
                          + ", ".join(n for n, b in BENCHES.items() if b.mpi))
+    if args.ranks is not None and args.ranks < 1:
+        raise BenchError(f"--ranks {args.ranks}: expected a whole number of ranks >= 1")
     if args.mps and args.ranks is None:
         raise BenchError("--mps shares one GPU among the ranks of --ranks N; give --ranks")
+    mps = mpirun.mps_module() if args.mps else None
+    if args.mps and mps is None:
+        raise BenchError("--mps needs pkptx.launch.mps (the MPS daemon helper), which is not in this version")
+    require_gpu(name)
     with tempfile.TemporaryDirectory(prefix="pkptx-bench-") as sink:
-        rc = run_ranks(bench, args, rest, sink) if args.ranks is not None else run_here(bench, rest, sink)
+        if args.ranks is not None:
+            rc = run_ranks(bench, args, rest, sink, mps)
+        else:
+            with as_program(name, sink) as module:
+                rc = module.main(rest) or 0
         records = results.read_records(Path(sink))
     if args.out and records:
         return rc or (0 if write(records, bench, Path(args.out)) else 1)
@@ -185,10 +209,8 @@ def main(argv=None) -> int:
         ap.print_help()
         if name in BENCHES:
             print(f"\noptions of `{name}` (passed through):")
-            try:
-                importlib.import_module(f"pkptx.bench.{BENCHES[name].module}").main(["--help"])
-            except SystemExit:
-                pass
+            with as_program(name) as module, contextlib.suppress(SystemExit):
+                module.main(["--help"])
         return 0 if args.help else 2
     try:
         if name in NOT_YET:

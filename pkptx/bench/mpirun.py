@@ -70,7 +70,7 @@ def command(launcher: Launcher, ranks: int, argv: list[str], env_names: tuple[st
     from this environment, and to rank r the variables ``rank_env[r]`` (consecutive ranks with the same
     ones share one application context; different ones become contexts joined by ``:``)."""
     if type(ranks) is not int or ranks < 1:
-        raise BenchError(f"--ranks {ranks!r}: expected a whole number of ranks >= 1")
+        raise BenchError(f"mpirun.command(ranks={ranks!r}): expected a whole number >= 1")
     rank_env = rank_env or [{}] * ranks
     if len(rank_env) != ranks:
         raise BenchError(f"{len(rank_env)} per-rank environments for {ranks} ranks")
