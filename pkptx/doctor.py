@@ -35,6 +35,8 @@ OPTIONAL = (("matplotlib", "pkptx[plot]", "PNG plots of `pkptx bench`"),
             ("torch", "torch", "the cuBLAS and NCCL columns of `pkptx bench`"))
 NO_GPU_FIX = ("GPU work needs an NVIDIA Hopper GPU (sm_90a) and its driver; `python -m pkptx build` "
               "assembles every kernel without one")
+COMPUTE_MODE_DEFAULT = 0
+COMPUTE_MODES = {1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}      # CUcomputemode
 MPI_VERSION_CODE = ("import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
                     "print(MPI.Get_library_version())")
 
@@ -117,7 +119,12 @@ def check_packages(machine: Machine) -> list[Check]:
         detail = version
         if dist == "nvidia-nvjitlink":
             from .toolchain import nvjitlink_version
-            detail += f" (library {nvjitlink_version()})"
+            try:
+                detail += f" (library {nvjitlink_version()})"
+            except (ImportError, RuntimeError, OSError) as exc:
+                checks.append(Check(dist, "fail", f"{version}, but its library does not load: {exc}".splitlines()[0],
+                                    "pip install --force-reinstall 'nvidia-nvjitlink>=12.8,<14'"))
+                continue
         if dist == "mpi4py":
             loads, library = mpi_library()
             if not loads:
@@ -225,9 +232,14 @@ def check_gpus(machine: Machine) -> list[Check]:
         arch = f"sm_{dev.cc[0]}{dev.cc[1]}"
         detail = (f"GPU {ordinal}{f' (CUDA_VISIBLE_DEVICES={visible})' if visible and not ordinal else ''}: "
                   f"{dev.name}, {arch}, {dev.sm_count} SMs, {memory:.1f} GiB")
+        mode = dev.attribute("COMPUTE_MODE")
         if dev.cc != (9, 0):
             checks.append(Check("gpu", "fail", detail + ": pkptx's kernels are assembled for sm_90a (Hopper) and "
                                 "do not load here", "run on an H100/H200 (compute capability 9.0)"))
+        elif mode != COMPUTE_MODE_DEFAULT:
+            checks.append(Check("gpu", "warn", detail + f", compute mode {COMPUTE_MODES.get(mode, mode)}: "
+                                "one process at a time, so ranks cannot share it (MPS aside)",
+                                f"nvidia-smi -i {ordinal} -c DEFAULT, or share it through MPS"))
         else:
             checks.append(Check("gpu", "ok", detail + " (sm_90a kernels run)"))
     return checks

@@ -30,9 +30,9 @@ MULTICAST_CALLS = ("cuMulticastCreate", "cuMulticastAddDevice", "cuMulticastBind
 class GpuMachine(FakeDriver):
     """A fake H200 machine: ``devices`` GPUs, driver CUDA ``cuda``, pairs in ``no_peer`` without access."""
 
-    def __init__(self, *, cuda: int = 13000, cc=(9, 0), no_peer=(), **options):
+    def __init__(self, *, cuda: int = 13000, cc=(9, 0), no_peer=(), mode: int = 0, **options):
         super().__init__(forbid=MULTICAST_CALLS, **options)
-        self.cuda, self.cc, self.no_peer = cuda, cc, {frozenset(p) for p in no_peer}
+        self.cuda, self.cc, self.no_peer, self.mode = cuda, cc, {frozenset(p) for p in no_peer}, mode
 
     def cuDriverGetVersion(self):
         return OK, self.cuda
@@ -47,6 +47,7 @@ class GpuMachine(FakeDriver):
         values = {ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.cc[0],
                   ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.cc[1],
                   ATTR.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
+                  ATTR.CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: self.mode,
                   ATTR.CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: self.multicast_supported}
         return OK, values.get(attribute, 0)
 
@@ -225,6 +226,13 @@ def test_old_driver_and_newer_packages(machine):
     (gpu,) = doctor.check_gpus(found)
     assert gpu.status == "fail" and "sm_80" in gpu.detail
     assert doctor.check_p2p(found)[0].status == "skip"
+
+
+def test_exclusive_process_gpus_warn(machine):
+    machine(devices=2, mode=int(cu.CUcomputemode.CU_COMPUTEMODE_EXCLUSIVE_PROCESS))
+    lines = doctor.check_gpus(doctor.probe())
+    assert [g.status for g in lines] == ["warn", "warn"] and "compute mode exclusive-process" in lines[1].detail
+    assert lines[1].fix.startswith("nvidia-smi -i 1 -c DEFAULT")
 
 
 def test_ipc_and_vmm_sharing_with_a_child_process(machine):

@@ -19,7 +19,8 @@ from pathlib import Path
 from ..launch import Device, time_cuda
 from .results import OUT_ENV, write_record
 
-ROOT = Path(__file__).resolve().parents[2]
+_CHECKOUT = Path(__file__).resolve().parents[2]
+ROOT = _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else Path.cwd()   # installed: records go under cwd
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 
