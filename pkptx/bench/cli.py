@@ -124,13 +124,6 @@ def replot(name: str, args, rest: list[str]) -> int:
     return 0 if write(records, bench, Path(args.out)) else 1
 
 
-def rank_environments(ranks: int, daemon, mps) -> list[dict[str, str]]:
-    """Each rank's MPS variables (its share of the GPU), or none without a daemon."""
-    if daemon is None:
-        return [{}] * ranks
-    return [daemon.env(share_percent=share) for share in mps.shares(ranks)]
-
-
 def run_ranks(bench: Bench, args, rest: list[str], sink: str, mps) -> int:
     """The benchmark as ``args.ranks`` ranks under the MPI launcher (and a private MPS daemon, with
     ``mps`` the helper module, else None)."""
@@ -142,9 +135,9 @@ def run_ranks(bench: Bench, args, rest: list[str], sink: str, mps) -> int:
     launcher = mpirun.find()
     if mps is None:
         return subprocess.run(mpirun.command(launcher, args.ranks, argv, names), env=env).returncode
-    with mps.daemon() as daemon:
-        cmd = mpirun.command(launcher, args.ranks, argv, names, rank_environments(args.ranks, daemon, mps))
-        return subprocess.run(cmd, env=env).returncode
+    with mps.daemon() as daemon:                  # each rank's variables give it its share of the GPU
+        shares = [daemon.env(share_percent=share) for share in mps.shares(args.ranks)]
+        return subprocess.run(mpirun.command(launcher, args.ranks, argv, names, shares), env=env).returncode
 
 
 @contextlib.contextmanager
@@ -194,8 +187,9 @@ def run(name: str, args, rest: list[str]) -> int:
             with as_program(name, sink) as module:
                 rc = module.main(rest) or 0
         records = results.read_records(Path(sink))
-    if args.out and records:
-        return rc or (0 if write(records, bench, Path(args.out)) else 1)
+    if args.out and records:                      # written even when the run failed later
+        plotted = write(records, bench, Path(args.out))
+        return rc or (0 if plotted else 1)
     if args.out:
         print("pkptx bench: the benchmark reported no table; nothing written", file=sys.stderr)
     return rc
