@@ -1,5 +1,8 @@
 """``python -m pkptx build [--out DIR] [--filter TEXT]``: build and assemble every kernel pkptx has.
-``mpirun -n N python -m pkptx demo``: an all-reduce across N ranks on the GPU(s), checked against numpy."""
+``mpirun -n N python -m pkptx demo``: an all-reduce across N ranks on the GPU(s), checked against numpy.
+``python -m pkptx doctor [--json]``: what works on this machine, one line per check, with the fix.
+``python -m pkptx bench NAME [options]``: run a benchmark (``bench --help`` lists them).
+``python -m pkptx mps start|stop|status``: the CUDA MPS daemon for ranks that share a GPU."""
 from __future__ import annotations
 
 import argparse
@@ -75,8 +78,29 @@ def _demo(args) -> int:
     return 0 if err < 2 ** -7 else 1
 
 
+def _doctor(args) -> int:
+    from .doctor import main as doctor
+    return doctor(args.argv)
+
+
+def _bench(args) -> int:
+    from .bench.cli import main as bench
+    return bench(args.argv)
+
+
+def _mps(args) -> int:
+    from .bench.mpirun import mps_module
+    mps = mps_module()
+    if mps is None:
+        print("pkptx mps: not available in this version (pkptx.launch.mps is missing)", file=sys.stderr)
+        return 2
+    return mps.main(args.argv)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="pkptx", description=__doc__)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="pkptx", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build and assemble every kernel; print one line per kernel")
     build.add_argument("--out", help="also write each kernel's PTX, cubin and JSON manifest here")
@@ -87,7 +111,17 @@ def main(argv=None) -> int:
     demo.add_argument("--elements", type=int, default=1 << 20)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(run=_demo)
-    args = parser.parse_args(argv)
+    delegated = {"doctor": (_doctor, "check this machine: versions, driver, GPUs, P2P, multicast gate, IPC, MPS"),
+                 "bench": (_bench, "run a benchmark, or re-plot a recorded one (bench --help)"),
+                 "mps": (_mps, "start, stop or query the CUDA MPS daemon")}
+    for name, (run, about) in delegated.items():       # every argument after the name goes to it
+        sub.add_parser(name, help=about, add_help=False).add_argument("argv", nargs=argparse.REMAINDER)
+    args, extra = parser.parse_known_args(argv)
+    if args.command in delegated:
+        args.argv = argv[argv.index(args.command) + 1:]
+        return delegated[args.command][0](args)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args.run(args)
 
 

@@ -53,3 +53,7 @@ class WorldError(PkptxError):
 
 class DeviceTimeoutError(WorldError):
     """A bounded device-side wait expired; names the rank, flag and the value it waited for."""
+
+
+class BenchError(PkptxError):
+    """A benchmark that cannot run or a result file that cannot be read or plotted (``python -m pkptx bench``)."""

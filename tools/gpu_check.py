@@ -48,15 +48,15 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
     steps run at 2 and 4 ranks on equal SM shares."""
     q = ["--quick"] if quick else []
     share = (lambda n: {"PKPTX_MPS_SHARES": ",".join([str(100 // n)] * n)}) if mps else (lambda n: {})
-    coll = lambda n, top: (f"bench_collectives -n {n}", [*mpirun(n), sys.executable, "bench/bench_collectives.py",  # noqa
+    coll = lambda n, top: (f"bench_collectives -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_collectives",  # noqa
                                                          "--record", "--max-bytes", str(1 << top)], 150, share(n))
-    fused = lambda n, sizes: (f"bench_fused -n {n}", [*mpirun(n), sys.executable, "bench/bench_fused.py", "--record",  # noqa
+    fused = lambda n, sizes: (f"bench_fused -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_fused", "--record",  # noqa
                                                       "--sizes", "2048" if quick else sizes], 200, share(n))
     multi = ([coll(2, 20 if quick else 28), coll(4, 20 if quick else 28), fused(2, "2048,4096,8192"),
               fused(4, "2048,4096,8192")] if mps else [coll(4, 20 if quick else 24), fused(2, "2048,4096")])
-    return [("bench_launch", [sys.executable, "bench/bench_launch.py", "--record", *q], 150, {}),
-            ("bench_gemm", [sys.executable, "bench/bench_gemm.py", "--record", *q], 300, {}),
-            ("bench_tma", [sys.executable, "bench/bench_tma.py", "--record", *q], 100, {}),
+    return [("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
+            ("bench_gemm", [sys.executable, "-m", "pkptx.bench.bench_gemm", "--record", *q], 300, {}),
+            ("bench_tma", [sys.executable, "-m", "pkptx.bench.bench_tma", "--record", *q], 100, {}),
             coll(1, 24 if quick else 28), fused(1, "2048,4096,8192,16384"), *multi]
 
 

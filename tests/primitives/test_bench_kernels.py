@@ -1,15 +1,10 @@
-"""bench/bench_tma.py's kernels assemble on CPU (so the benchmark cannot rot between GPU runs): the register
-copy built there, and the TMA bulk-copy configurations it picks for every message size."""
+"""pkptx/bench/bench_tma.py's kernels assemble on CPU (so the benchmark cannot rot between GPU runs): the
+register copy built there, and the TMA bulk-copy configurations it picks for every message size."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-bench_tma = pytest.importorskip("bench_tma")
+from pkptx.bench import bench_tma
 
 
 def test_register_copy_is_one_v4_load_and_store_per_step():

@@ -1,7 +1,8 @@
 """Shared benchmark plumbing: host and CUDA-event timing, result tables, and bench/RESULTS.md records.
 
-Run benchmarks from the repository root (``python bench/bench_launch.py``); nothing is recorded
-unless ``--record`` is given.
+Run benchmarks with ``python -m pkptx bench NAME`` (or ``python -m pkptx.bench.bench_NAME``); nothing is
+recorded unless ``--record`` is given. With ``PKPTX_BENCH_OUT`` set (``pkptx bench --out``), every table
+is also written there as JSON.
 """
 from __future__ import annotations
 
@@ -15,20 +16,20 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:          # run from a checkout without installing pkptx
-    sys.path.insert(0, str(ROOT))
+from ..launch import Device, time_cuda
+from .results import OUT_ENV, write_record
 
-from pkptx.launch import Device, time_cuda  # noqa: E402
+_CHECKOUT = Path(__file__).resolve().parents[2]
+ROOT = _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else Path.cwd()   # installed: records go under cwd
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def host_us(fn, calls: int = 5000, rounds: int = 7, device: Device | None = None) -> float:
@@ -89,16 +90,20 @@ def git_commit() -> str:
 
 
 def report(title: str, headers: list[str], rows: list[list], notes: str, record: bool) -> None:
-    """Print the table; with ``record``, append it to bench/RESULTS.md with date, device and commit."""
+    """Print the table; with ``record``, append it to bench/RESULTS.md with date, device and commit; with
+    ``PKPTX_BENCH_OUT`` set, also write it there as JSON."""
     text = table(headers, rows)
     print(f"\n{title}\n{text}\n{notes}")
-    if not record:
+    if not (record or os.environ.get(OUT_ENV)):
         return
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = Device.current().name if Device.available() else f"CPU only ({platform.machine()}, no GPU)"
+    where = f"{stamp} · {device} · commit {git_commit()} · Python {sys.version.split()[0]}"
+    write_record(title, headers, rows, notes, where)
+    if not record:
+        return
     with RESULTS.open("a") as f:
-        f.write(f"\n## {title}\n{stamp} · {device} · commit {git_commit()} · Python {sys.version.split()[0]}\n\n"
-                f"{text}\n\n{notes}\n")
+        f.write(f"\n## {title}\n{where}\n\n{text}\n\n{notes}\n")
     print(f"(recorded in {RESULTS.relative_to(ROOT)})")
 
 

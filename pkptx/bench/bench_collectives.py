@@ -2,7 +2,7 @@
 sizes 8 B to 1 GiB by powers of two, algbw and busbw, a correctness check at every size, median of
 CUDA-event timings.
 
-Run under MPI, one process per rank: ``mpirun -n 4 python bench/bench_collectives.py [--record]``.
+Run under MPI, one process per rank: ``python -m pkptx bench collectives --ranks 4 [--record]``.
 With several GPUs and torch.distributed available it also times NCCL on the same sizes; with all ranks
 on one GPU it reports what pkptx achieves there (see the note it prints: not NVLink bandwidth).
 
@@ -14,11 +14,13 @@ exactly against numpy.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-from common import GPU_ONLY_NS, report, sharing
+from . import nccl
+from .common import GPU_ONLY_NS, report, sharing
+from .progress import progress
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -60,7 +62,7 @@ class Case:
             self.want = lambda: np.concatenate([x[r * shard:(r + 1) * shard] for x in inputs()])
 
     def run(self, stream) -> None:
-        from pkptx.ops import collectives
+        from ..ops import collectives
         src, dst, world = self.src, self.dst, self.world
         if self.name == "all_reduce":
             collectives.all_reduce(src, world, out=dst, stream=stream)
@@ -75,7 +77,6 @@ class Case:
         return bool(np.array_equal(self.dst.local.to_numpy().astype(np.float64), self.want()))
 
     def nccl_ms(self, dist, repeats: int, torch_dtype) -> float:
-        import nccl
         import torch
         w, n = self.world.size, self.n
         big, other, small = (torch.ones(size, dtype=torch_dtype, device="cuda") for size in (n, n, n // w))
@@ -90,19 +91,18 @@ class Case:
         self.src.free()
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--max-bytes", type=int, default=1 << 30)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import ml_dtypes
-    from pkptx.launch import Device, Stream, SymmetricHeap, World, time_cuda
-    from pkptx.ops import collectives
+    from ..launch import Device, Stream, SymmetricHeap, World, time_cuda
+    from ..ops import collectives
     dtype = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}[args.dtype]
-    import nccl
     world = World()
     ordinal = world.device_ordinal()
     Device(ordinal).set_current()
@@ -117,7 +117,7 @@ def main() -> None:
     gpus = Device.available()
     for name in args.collectives.split(","):
         rows = []
-        for nbytes in sizes(args.max_bytes, max(8, item)):
+        for nbytes in progress(list(sizes(args.max_bytes, max(8, item))), name, show=world.rank == 0):
             n = nbytes // item // world.size * world.size      # every rank's shard equal
             if n == 0:
                 continue
@@ -155,7 +155,8 @@ def main() -> None:
                    rows, note, args.record)
     heap.close()
     world.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,30 +8,32 @@ Where every rank has its own GPU, cuBLAS + NCCL (torch) one after the other is t
 
 The unoverlapped share of communication is (fused - gemm alone) / (collective alone): 0 means the
 communication hid completely behind the GEMM, 1 means none of it did. Each fused result is checked
-against the composition before it is timed. Run under MPI: ``mpirun -n 4 python bench/bench_fused.py``.
+against the composition before it is timed. Run under MPI: ``python -m pkptx bench fused --ranks 4``.
 With every rank on one GPU the figures measure protocol overhead, not NVLink.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-from common import GPU_ONLY_NS, report, sharing
+from . import nccl
+from .common import GPU_ONLY_NS, report, sharing
+from .progress import progress
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--sizes", default="2048,4096,8192,16384")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--num-comm-sms", type=int, default=8)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import ml_dtypes
-    import nccl
+
     import pkptx
-    from pkptx.launch import Device, Stream, SymmetricHeap, World, from_numpy, time_cuda
+    from ..launch import Device, Stream, SymmetricHeap, World, from_numpy, time_cuda
     world = World()
     ordinal = world.device_ordinal()
     Device(ordinal).set_current()
@@ -69,7 +71,7 @@ def main() -> None:
         t = nccl.time_ms(fn, args.repeats)
         return [t, f"{t / t_fused:.3f}"]
 
-    for n in sizes:
+    for n in progress(sizes, "fused sizes", show=world.rank == 0):
         if n % (128 * w):
             continue
         rand = lambda *shape: from_numpy(rng.standard_normal(shape, dtype=np.float32).astype(bf16))  # noqa: E731
@@ -136,7 +138,8 @@ def main() -> None:
                args.record)
     heap.close()
     world.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,7 +9,7 @@ import socket
 def start(world, ordinal: int):
     """``torch.distributed`` initialised over NCCL on ``world``'s ranks, or None when the ranks share
     GPUs or torch is missing. Rank 0 picks a free port and every rank learns it over MPI."""
-    from pkptx.launch import Device
+    from ..launch import Device
     if Device.available() < world.size:
         return None
     try:
@@ -34,8 +34,9 @@ def time_ms(fn, repeats: int, warmup: int = 2) -> float:
     import statistics
 
     import torch
-    from common import GPU_ONLY_NS
-    from pkptx.launch.timing import hold
+
+    from ..launch.timing import hold
+    from .common import GPU_ONLY_NS
     for _ in range(warmup):
         fn()
     samples = []
