@@ -32,6 +32,23 @@ NEG_INF = float("-inf")
 LN2 = 0.6931471805599453
 
 
+def q_box_offset(wg: int, db: int, head_dim: int) -> int:
+    """Byte offset of Q's box for consumer warpgroup ``wg`` and head-dim columns ``64*db``."""
+    return (wg * (head_dim // BOX_COLS) + db) * BOX_BYTES
+
+
+def k_box_offset(db: int, kk: int, block_k: int) -> int:
+    """Byte offset in a K stage of the box of keys ``64*kk..`` and columns ``64*db..``: the boxes of one
+    ``db`` stack, so key r of that tile sits at ``k_box_offset(db, 0) + 128*r``."""
+    return db * block_k * 128 + kk * BOX_BYTES
+
+
+def v_box_offset(db: int, kk: int, head_dim: int) -> int:
+    """Byte offset in a V stage of the box of keys ``64*kk..`` and columns ``64*db..``: per ``kk`` the
+    column boxes side by side, BOX_BYTES apart (the descriptor's leading offset)."""
+    return (kk * (head_dim // BOX_COLS) + db) * BOX_BYTES
+
+
 def quad_reduce(b: Builder, op: str, value: Reg, *, name: str) -> Reg:
     """Combine ``value`` over the 4 lanes of a quad (the lanes holding one accumulator row).
 
@@ -118,8 +135,8 @@ def pv_block(b: Builder, o_acc, p_regs: list, v_tile: Reg, *, n: int, d: int, dt
     """
     b.wgmma_fence()
     for kk in range(n // BOX_ROWS):
-        tile = b.add(u32, v_tile, kk * (d // BOX_COLS) * BOX_BYTES, name="v_sub") if kk else v_tile
-        desc = smem_desc(b, tile, leading_bytes=BOX_BYTES, name="v_desc")
+        tile = b.add(u32, v_tile, v_box_offset(0, kk, d), name="v_sub") if kk else v_tile
+        desc = smem_desc(b, tile, leading_bytes=v_box_offset(1, 0, d) - v_box_offset(0, 0, d), name="v_desc")
         for step in range(BOX_ROWS // K_STEP):
             b.wgmma(o_acc, p_regs[kk * (BOX_ROWS // K_STEP) + step], advance(b, desc, step * K_STEP * 128),
                     n=d, dtype=f32, atype=dtype, scale_d=1, trans_b=1)

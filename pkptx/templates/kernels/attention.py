@@ -24,8 +24,8 @@ from ...isa import Param, address, b8, f32, s32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..attention_parts import (BOX_BYTES, BOX_COLS, BOX_ROWS, LN2, NEG_INF, ROWS, half_regs, mask_columns,
-                               online_softmax, p_operand, pv_block, quad_reduce)
+from ..attention_parts import (BOX_COLS, BOX_ROWS, LN2, NEG_INF, ROWS, half_regs, k_box_offset, mask_columns,
+                               online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators, stage_of
 from ..lcsc import Buffer, Ring, Template
 
@@ -130,10 +130,11 @@ def roles(cfg: Config) -> dict:
                         name="wait_q_free")
             q_full = ctx.rings["q_full"].bar(b, 0)
             b.mbarrier_arrive_expect_tx(q_full, cfg.q_bytes)
-            for box in range(cfg.consumers * d_boxes):
-                row = b.add(u32, first_row, (box // d_boxes) * ROWS, name="q_row")
-                b.tensor_load(address(ctx.smem["smem_q"], box * BOX_BYTES), maps["q"],
-                              ((box % d_boxes) * BOX_COLS, head, row, batch), q_full)
+            for wg in range(cfg.consumers):
+                row = b.add(u32, first_row, wg * ROWS, name="q_row")
+                for db in range(d_boxes):
+                    b.tensor_load(address(ctx.smem["smem_q"], q_box_offset(wg, db, cfg.head_dim)), maps["q"],
+                                  (db * BOX_COLS, head, row, batch), q_full)
             for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
                 stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
                 wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
@@ -146,7 +147,8 @@ def roles(cfg: Config) -> dict:
                     for kk in range(k_boxes):
                         key = b.add(u32, key0, kk * BOX_ROWS, name="key")
                         for db in range(d_boxes):
-                            offset = (db * k_boxes + kk if t == "k" else kk * d_boxes + db) * BOX_BYTES
+                            offset = (k_box_offset(db, kk, cfg.block_k) if t == "k"
+                                      else v_box_offset(db, kk, cfg.head_dim))
                             b.tensor_load(address(tile, offset), maps[t], (db * BOX_COLS, kv_head, key, batch), full)
                 b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
             b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
@@ -172,7 +174,7 @@ def roles(cfg: Config) -> dict:
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
         wait_parity(b, ctx.rings["q_full"].bar(b, 0), b.and_("b32", ctx.param("tq"), 1), deadline=ctx.deadline,
                     abandon=True, name="wait_q")
-        q_tile = b.mad(u32, wg, d_boxes * BOX_BYTES, ctx.smem["smem_q"], mode="lo", name="q_tile")
+        q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), ctx.smem["smem_q"], mode="lo", name="q_tile")
         row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
         row_sum = [b.mov(f32, 0.0, name="row_sum") for _ in (0, 1)]
         o_acc = b.regs(f32, cfg.head_dim // 2, name="o")
@@ -186,7 +188,8 @@ def roles(cfg: Config) -> dict:
             s_acc = b.regs(f32, cfg.block_k // 2, name="s")
             k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
             for db in range(d_boxes):
-                mma_k_block(b, s_acc, b.add(u32, q_tile, db * BOX_BYTES), b.add(u32, k_tile, db * cfg.block_k * 128),
+                mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
+                            b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
                             n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
             b.wgmma_wait_group(0)
             key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
