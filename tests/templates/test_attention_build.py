@@ -111,3 +111,70 @@ def test_merge_arguments(args, message):
     else:
         with pytest.raises(AttentionArgumentError, match=message):
             check_merge(*args)
+
+
+class FakeLaunch:
+    """Stands in for a loaded kernel: records the launch shape and the arguments by parameter name."""
+
+    def __init__(self, factory, cfg):
+        self.param_names = tuple(p.name for p in factory(cfg).params)
+        self.compiled = type("C", (), {"entry": factory(cfg).name})
+        self.calls = []
+
+    def __getitem__(self, shape):
+        return lambda *args, stream=None: self.calls.append((shape, dict(zip(self.param_names, args))))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The host path of the ops without a GPU: device, status words, tensor maps, allocation, loading."""
+    import pkptx.ops.attention as op
+    from pkptx.launch.array import DeviceArray
+    launched = {}
+    device = type("D", (), {"sm_count": 132, "ordinal": 0})()
+    monkeypatch.setattr(op.Device, "current", staticmethod(lambda: device))
+    monkeypatch.setattr(op, "device_status", lambda dev: type("S", (), {"ptr": 0x1000})())
+    monkeypatch.setattr(op, "_tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
+    monkeypatch.setattr(op, "empty", lambda shape, dtype: DeviceArray(0x900000, shape, dtype))
+
+    def load(factory, cfg, dev):
+        return launched.setdefault(factory.__module__, FakeLaunch(factory, cfg))
+    monkeypatch.setattr(op, "load", load)
+    arrays = iter(range(1, 100))
+    return launched, lambda shape, dtype=BF: DeviceArray(0x100000 * next(arrays), shape, dtype)
+
+
+def test_attention_host_path_passes_every_parameter(fake_gpu):
+    import math
+
+    import pkptx
+    launched, array = fake_gpu
+    q, k, v = array((2, 1000, 8, 128)), array((2, 700, 2, 128)), array((2, 700, 2, 128))
+    lse = array((2, 8, 1000), "float32")
+    out = pkptx.attention(q, k, v, causal=True, lse=lse)
+    (grid, threads, smem), args = launched[kernel.__name__].calls[0]
+    cfg = kernel.default_config("bf16", 128)
+    q_blocks = -(-1000 // cfg.rows)
+    assert (grid, threads, smem) == (min(132, 2 * 8 * q_blocks), 128 * (1 + cfg.consumers), cfg.smem_bytes)
+    assert args["tmap_q"] == ("tmap", q.ptr, q.shape, (1, 64, 1, 64)) and args["tmap_o"][1] == out.ptr
+    assert (args["lse"], args["tasks"], args["q_blocks"], args["heads"], args["group"]) == (lse.ptr, 2 * 8 * q_blocks,
+                                                                                           q_blocks, 8, 4)
+    assert (args["seq_q"], args["seq_k"], args["diag"]) == (1000, 700, -300)
+    assert math.isclose(args["scale_log2"], 128 ** -0.5 * math.log2(math.e))
+    pkptx.attention(q, k, v, scale=0.5)
+    args = launched[kernel.__name__].calls[1][1]
+    assert (args["diag"], args["lse"]) == (700, 0) and math.isclose(args["scale_log2"], 0.5 * math.log2(math.e))
+
+
+def test_merge_host_path(fake_gpu):
+    import pkptx
+    launched, array = fake_gpu
+    oa, ob = array((2, 50, 4, 64)), array((2, 50, 4, 64))
+    la, lb, lse = (array((2, 4, 50), "float32") for _ in range(3))
+    out = pkptx.attention_merge(oa, la, ob, lb, lse=lse)
+    (grid, threads), args = launched[merge.__name__].calls[0]
+    assert threads == merge.Config().threads and grid == -(-2 * 50 * 4 * 8 // threads)
+    assert (args["out"], args["out_a"], args["out_b"], args["lse_out"]) == (out, oa, ob, lse.ptr)
+    assert (args["vectors"], args["row_vectors"], args["heads"], args["seq"]) == (2 * 50 * 4 * 8, 8, 4, 50)
+    with pytest.raises(AttentionArgumentError, match="must not be lse_a"):
+        pkptx.attention_merge(oa, la, ob, lb, lse=la)

@@ -252,7 +252,7 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     seq_q, heads, dim = q64.shape[1:]
     seq_k, group = k64.shape[1], heads // k64.shape[2]
     k64, v64 = np.repeat(k64, group, axis=2), np.repeat(v64, group, axis=2)
-    scores = np.einsum("bqhd,bkhd->bhqk", q64, k64) * (dim ** -0.5 if scale is None else scale)
+    scores = (q64.transpose(0, 2, 1, 3) @ k64.transpose(0, 2, 3, 1)) * (dim ** -0.5 if scale is None else scale)
     if causal:
         visible = np.arange(seq_k)[None, :] <= np.arange(seq_q)[:, None] + (seq_k - seq_q)
         scores = np.where(visible, scores, -np.inf)
@@ -261,7 +261,7 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     weights = np.exp(scores - safe)
     total = weights.sum(axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.einsum("bhqk,bkhd->bqhd", np.where(total > 0, weights / total, 0.0), v64)
+        out = (np.where(total > 0, weights / total, 0.0) @ v64.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
         lse = (np.log(total) + safe)[..., 0]
     return out, lse
 
