@@ -24,6 +24,11 @@ def test_attention_assembles_without_spills(cfg):
     assert "C75" not in cubin.log, cubin.log       # no serialised wgmma, no ignored setmaxnreg
 
 
+@pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
+def test_launch_smem_is_the_template_carving(cfg):
+    assert cfg.smem_bytes == kernel.template(cfg).dynamic_smem <= kernel.SMEM_LIMIT
+
+
 @pytest.mark.parametrize("cfg", [merge.Config(), merge.Config(dtype="f16", threads=512)], ids=str)
 def test_merge_assembles_without_spills(cfg):
     cubin = assemble(merge.build(cfg).render(), "sm_90", use_cache=False)
