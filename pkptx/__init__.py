@@ -6,6 +6,7 @@ needs no GPU.
 """
 from .errors import (AssemblyError, CudaError, DeviceTimeoutError, LaunchError, PkptxError, PTXBuildError,
                      TargetError, WorldError)
+from .ops.attention import attention, attention_merge
 from .ops.collectives import all_gather, all_reduce, all_to_all, reduce_scatter, synchronize
 from .ops.copy import bulk_copy
 from .ops.fused import ag_gemm, gemm_ar, gemm_rs
@@ -14,7 +15,7 @@ from .ops.gemm import gemm
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemm", "bulk_copy", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "ag_gemm", "gemm_rs",
+    "gemm", "attention", "attention_merge", "bulk_copy", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "ag_gemm", "gemm_rs",
     "gemm_ar", "PkptxError", "PTXBuildError", "TargetError", "AssemblyError", "CudaError", "LaunchError",
     "WorldError", "DeviceTimeoutError",
 ]

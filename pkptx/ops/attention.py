@@ -1,0 +1,176 @@
+"""``pkptx.attention(q, k, v, *, causal=False, scale=None, out=None, lse=None, stream=None)`` and
+``pkptx.attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=None)``.
+
+Layout (B, S, H, D), C-contiguous: q (B, S_q, H, D), k and v (B, S_k, H_kv, D) with H_kv dividing H
+(grouped-query attention), bf16 or f16, D 64 or 128; out like q; lse (B, H, S_q) float32, the natural
+log of each row's softmax denominator (with the scale applied), for merging partial results.
+"""
+from __future__ import annotations
+
+import math
+
+from ..launch import Device, empty, from_dlpack
+from ..launch.array import DeviceArray
+from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..templates.attention_parts import BOX_COLS, BOX_ROWS
+from ..templates.kernels import attention as kernel
+from ..templates.kernels import attention_merge as merge_kernel
+from .common import ArgumentError, dtype_name, load, ordered_args
+from .gemm import _tensor_map
+
+BLOCKS_PER_SM = 1
+HEAD_DIMS = (64, 128)
+BOX = (1, BOX_ROWS, 1, BOX_COLS)          # one 64-row x 64-column TMA box of one (batch, head)
+MERGE_BLOCKS_PER_SM = 8
+
+
+class AttentionArgumentError(ArgumentError):
+    """An attention argument of the wrong shape, dtype or layout (raised before any GPU work)."""
+
+
+def grid_size(tasks: int, device: Device) -> int:
+    """Blocks of the persistent attention grid (the one place that sizes it)."""
+    return min(tasks, device.sm_count * BLOCKS_PER_SM)
+
+
+def _device_array(x, op: str, name: str) -> DeviceArray:
+    if isinstance(x, DeviceArray):
+        arr = x
+    else:
+        try:
+            arr = from_dlpack(x)
+        except Exception as exc:
+            raise AttentionArgumentError(f"{op}: {name} must be a DeviceArray or a DLPack device array, got "
+                                         f"{type(x).__name__}") from exc
+    if not arr.is_contiguous or arr.ptr % 16:
+        raise AttentionArgumentError(f"{op}: {name} must be C-contiguous and 16-byte aligned")
+    return arr
+
+
+def _check_like(op: str, name: str, shape, dtype, want_shape, want_dtype) -> None:
+    if shape is not None and tuple(shape) != tuple(want_shape):
+        raise AttentionArgumentError(f"{op}: {name} must have shape {tuple(want_shape)}, got {tuple(shape)}")
+    if dtype is not None and dtype_name(dtype) != want_dtype:
+        raise AttentionArgumentError(f"{op}: {name} must be {want_dtype}, got {dtype}")
+
+
+def check_attention(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, out_shape=None, out_dtype=None,
+                    lse_shape=None, lse_dtype=None, *, causal=False, scale=None) -> tuple:
+    """(batch, seq_q, seq_k, heads, kv_heads, head_dim) after checking every rule; no GPU needed."""
+    op = "attention"
+    for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if len(shape) != 4 or min(shape) < 1:
+            raise AttentionArgumentError(f"{op}: {name} must be 4-D (B, S, H, D) with no empty dimension, "
+                                         f"got {tuple(shape)}")
+    batch, seq_q, heads, dim = q_shape
+    if tuple(k_shape) != tuple(v_shape):
+        raise AttentionArgumentError(f"{op}: k and v must have one shape, got {tuple(k_shape)} and {tuple(v_shape)}")
+    kb, seq_k, kv_heads, kd = k_shape
+    if kb != batch or kd != dim:
+        raise AttentionArgumentError(f"{op}: k and v must be (B={batch}, S_k, H_kv, D={dim}) like q, got "
+                                     f"{tuple(k_shape)}")
+    if dim not in HEAD_DIMS:
+        raise AttentionArgumentError(f"{op}: head dim D must be one of {HEAD_DIMS}, got {dim}")
+    if heads % kv_heads:
+        raise AttentionArgumentError(f"{op}: K/V heads ({kv_heads}) must divide q heads ({heads})")
+    dtype = dtype_name(q_dtype)
+    if dtype not in ("bf16", "f16") or dtype_name(k_dtype) != dtype or dtype_name(v_dtype) != dtype:
+        raise AttentionArgumentError(f"{op}: q, k and v must all be bfloat16 or all float16, got {q_dtype}, "
+                                     f"{k_dtype} and {v_dtype}")
+    if batch * heads * seq_q >= 2**31 or max(seq_q, seq_k) >= 2**30:
+        raise AttentionArgumentError(f"{op}: B·H·S_q = {batch * heads * seq_q} must be below 2**31 and sequences "
+                                     "below 2**30 (32-bit indexes)")
+    _check_like(op, "out", out_shape, out_dtype, q_shape, dtype)
+    _check_like(op, "lse", lse_shape, lse_dtype, (batch, heads, seq_q), "f32")
+    if not isinstance(causal, bool):
+        raise AttentionArgumentError(f"{op}: causal must be True or False, got {causal!r}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise AttentionArgumentError(f"{op}: scale must be None (1/sqrt(D)) or a positive finite number, got {scale!r}")
+    return batch, seq_q, seq_k, heads, kv_heads, dim
+
+
+def _optional(x, op: str, name: str):
+    return None if x is None else _device_array(x, op, name)
+
+
+def _shape_dtype(arr):
+    return (None, None) if arr is None else (arr.shape, arr.dtype)
+
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None, lse=None, stream=None,
+              config: kernel.Config | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+    """softmax(scale·Q·Kᵀ [+ causal mask, aligned bottom-right]) · V per (batch, head); returns ``out``
+    (allocated like q when None) and writes the per-row log-sum-exp into ``lse`` when it is given."""
+    q, k, v = (_device_array(x, "attention", n) for n, x in (("q", q), ("k", k), ("v", v)))
+    out, lse = _optional(out, "attention", "out"), _optional(lse, "attention", "lse")
+    batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
+        q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, *_shape_dtype(out), *_shape_dtype(lse),
+        causal=causal, scale=scale)
+    cfg = config or kernel.default_config(dtype_name(q.dtype), dim)
+    if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
+        raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
+                                     f"{dtype_name(q.dtype)}, D={dim}")
+    if out is None:
+        out = empty(q.shape, q.dtype)
+    device = Device.current()
+    launchable = load(kernel.build, cfg, device)
+    q_blocks = -(-seq_q // cfg.rows)
+    tasks = batch * heads * q_blocks
+    scale = dim ** -0.5 if scale is None else float(scale)
+    args = ordered_args(launchable, dict(
+        tmap_q=_tensor_map(q, BOX), tmap_k=_tensor_map(k, BOX), tmap_v=_tensor_map(v, BOX),
+        tmap_o=_tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
+        heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
+        scale_log2=scale * math.log2(math.e), rank=0, world=1, status=device_status(device).ptr,
+        timeout_ns=timeout_ns, num_comm_sms=0))
+    launchable[grid_size(tasks, device), 128 * (1 + cfg.consumers), cfg.smem_bytes](*args, stream=stream)
+    return out
+
+
+def check_merge(out_a_shape, out_a_dtype, lse_a_shape, lse_a_dtype, out_b_shape, out_b_dtype, lse_b_shape,
+                lse_b_dtype, out_shape=None, out_dtype=None, lse_shape=None, lse_dtype=None) -> tuple:
+    """(batch, seq, heads, head_dim) after checking every rule of attention_merge; no GPU needed."""
+    op = "attention_merge"
+    if len(out_a_shape) != 4 or min(out_a_shape) < 1 or out_a_shape[3] % merge_kernel.VALUES:
+        raise AttentionArgumentError(f"{op}: out_a must be 4-D (B, S, H, D) with D a multiple of "
+                                     f"{merge_kernel.VALUES}, got {tuple(out_a_shape)}")
+    dtype = dtype_name(out_a_dtype)
+    if dtype not in ("bf16", "f16"):
+        raise AttentionArgumentError(f"{op}: out_a must be bfloat16 or float16, got {out_a_dtype}")
+    batch, seq, heads, dim = out_a_shape
+    if batch * seq * heads * dim >= 2**31:
+        raise AttentionArgumentError(f"{op}: B·S·H·D = {batch * seq * heads * dim} must be below 2**31")
+    for name, shape, dt, want_shape, want in (
+            ("out_b", out_b_shape, out_b_dtype, out_a_shape, dtype), ("out", out_shape, out_dtype, out_a_shape, dtype),
+            ("lse_a", lse_a_shape, lse_a_dtype, (batch, heads, seq), "f32"),
+            ("lse_b", lse_b_shape, lse_b_dtype, (batch, heads, seq), "f32"),
+            ("lse", lse_shape, lse_dtype, (batch, heads, seq), "f32")):
+        _check_like(op, name, shape, dt, want_shape, want)
+    return batch, seq, heads, dim
+
+
+def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=None) -> DeviceArray:
+    """Combine two partial attention results over disjoint key sets: returns ``out`` (allocated like
+    out_a when None; it may be out_a itself) and writes the merged log-sum-exp into ``lse`` when given
+    (a separate array: the threads of a row read lse_a and lse_b until the row is done)."""
+    op = "attention_merge"
+    arrays = {n: _device_array(x, op, n) for n, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b),
+                                                       ("lse_b", lse_b))}
+    out, lse = _optional(out, op, "out"), _optional(lse, op, "lse")
+    batch, seq, heads, dim = check_merge(*(x for arr in arrays.values() for x in (arr.shape, arr.dtype)),
+                                         *_shape_dtype(out), *_shape_dtype(lse))
+    if lse is not None and lse.ptr in (arrays["lse_a"].ptr, arrays["lse_b"].ptr):
+        raise AttentionArgumentError(f"{op}: lse must not be lse_a or lse_b (merge into a separate array)")
+    if out is None:
+        out = empty(arrays["out_a"].shape, arrays["out_a"].dtype)
+    cfg = merge_kernel.Config(dtype=dtype_name(out.dtype))
+    device = Device.current()
+    vectors = batch * seq * heads * dim // merge_kernel.VALUES
+    grid = max(1, min(-(-vectors // cfg.threads), device.sm_count * MERGE_BLOCKS_PER_SM))
+    load(merge_kernel.build, cfg, device)[grid, cfg.threads](
+        out, arrays["out_a"], arrays["out_b"], lse.ptr if lse is not None else 0, arrays["lse_a"], arrays["lse_b"],
+        vectors, dim // merge_kernel.VALUES, heads, seq, stream=stream)
+    return out
+
+
+__all__ = ["attention", "attention_merge", "check_attention", "check_merge", "grid_size", "AttentionArgumentError"]

@@ -1,0 +1,155 @@
+"""The pieces of the attention kernel that do not depend on its task order: the shared-memory tile
+layout of Q, K and V, the masked online softmax on wgmma accumulator fragments, and the P·V product
+with P from registers. Each emitting function's docstring shows the PTX it produces; the pure-Python
+functions at the end model the index maps and the block schedule so CPU tests can check them.
+
+Shared memory (all written by TMA in 8 KB boxes of 64 rows x 64 16-bit columns, 128-byte swizzle):
+- Q of one consumer warpgroup: its 64 rows, one box per 64 head-dim columns (``db``), boxes 8 KB apart.
+  The A operand of S = Q·Kᵀ, K-major, exactly the GEMM's A tile (gemm_parts).
+- K of one stage: per ``db`` a tile of ``block_k`` rows x 64 columns (the boxes of 64 rows stacked), so
+  key row r sits at ``r * 128``: the GEMM's "nk" B tile with N = block_k.
+- V of one stage: per 64 keys (``kk``) the ``head_dim / 64`` boxes side by side, 8 KB apart: the GEMM's
+  "kn" B tile (N-major, leading offset 8 KB between 64-column boxes, a K step of 16 keys = 2048 bytes);
+  wgmma transposes it.
+
+Fragments (PTX ISA 9.7.15.5.1, m64nNk16): accumulator register ``4*c + 2*h + p`` of a thread holds row
+``16*warp + lane/4 + 8*h``, column ``8*c + 2*(lane%4) + p`` (:func:`pkptx.primitives.wgmma.fragment_coords`).
+The A operand of a k16 step ``t`` in registers: .b32 register ``j`` holds row ``lane/4 + 8*(j%2)``,
+columns ``16*t + 8*(j//2) + 2*(lane%4) + {0, 1}`` (low half first). So A register ``j`` of step ``t`` is
+the pair of accumulators ``8*t + 2*j`` and ``8*t + 2*j + 1`` of S, packed (:func:`p_operand_pairs`).
+"""
+from __future__ import annotations
+
+from ..isa import Builder, Reg, Vec, f32, s32, u32
+from ..primitives.wgmma import advance, fragment_coords, smem_desc
+
+ROWS = 64                 # query rows per consumer warpgroup (one m64 wgmma)
+BOX_ROWS = 64             # TMA box rows
+BOX_COLS = 64             # TMA box columns: 64 16-bit values = one 128-byte swizzle span
+BOX_BYTES = BOX_ROWS * BOX_COLS * 2
+K_STEP = 16
+NEG_INF = float("-inf")
+LN2 = 0.6931471805599453
+
+
+def q_box_offset(wg: int, db: int, head_dim: int) -> int:
+    """Byte offset of Q's box for consumer warpgroup ``wg`` and head-dim columns ``64*db``."""
+    return (wg * (head_dim // BOX_COLS) + db) * BOX_BYTES
+
+
+def k_box_offset(db: int, kk: int, block_k: int) -> int:
+    """Byte offset in a K stage of the box of keys ``64*kk..`` and columns ``64*db..``: the boxes of one
+    ``db`` stack, so key r of that tile sits at ``k_box_offset(db, 0) + 128*r``."""
+    return db * block_k * 128 + kk * BOX_BYTES
+
+
+def v_box_offset(db: int, kk: int, head_dim: int) -> int:
+    """Byte offset in a V stage of the box of keys ``64*kk..`` and columns ``64*db..``: per ``kk`` the
+    column boxes side by side, BOX_BYTES apart (the descriptor's leading offset)."""
+    return (kk * (head_dim // BOX_COLS) + db) * BOX_BYTES
+
+
+def quad_reduce(b: Builder, op: str, value: Reg, *, name: str) -> Reg:
+    """Combine ``value`` over the 4 lanes of a quad (the lanes holding one accumulator row).
+
+    PTX: ``shfl.sync.bfly.b32 t, v, 1, 31, -1; <op>.f32 v, v, t;`` then the same with 2.
+    """
+    for delta in (1, 2):
+        other = b.shfl("bfly", value, delta, 31, name=f"{name}_lane")
+        value = getattr(b, op)(f32, value, other, name=name)
+    return value
+
+
+def tree(b: Builder, op: str, values: list, *, name: str) -> Reg:
+    """``op`` (``max`` or ``add``) over ``values`` as a balanced tree of .f32 instructions."""
+    values = list(values)
+    while len(values) > 1:
+        values = [getattr(b, op)(f32, values[i], values[i + 1], name=name) if i + 1 < len(values)
+                  else values[i] for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def half_regs(acc, n: int, half: int) -> list:
+    """The accumulators of one of a thread's two rows (``half`` 0: lane/4, 1: lane/4 + 8)."""
+    return [acc[reg] for reg, row, _ in fragment_coords(n) if row == 8 * half]
+
+
+def mask_columns(b: Builder, acc, n: int, limits) -> None:
+    """Set to -inf every score whose column (within the block, relative to the lane's first column)
+    is not below ``limits[half]`` (.s32): the keys past the sequence end or the causal diagonal.
+
+    PTX per accumulator: ``setp.gt.s32 ok, limit, col; selp.f32 s, s, 0fFF800000, ok;``.
+    """
+    for reg, row, col in fragment_coords(n):
+        ok = b.setp("gt", s32, limits[row // 8], col, name="key_ok")
+        b.selp(f32, acc[reg], NEG_INF, ok, into=acc[reg])
+
+
+def online_softmax(b: Builder, s_acc, o_acc, *, n: int, d: int, scale_log2: Reg, row_max, row_sum) -> None:
+    """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
+    ``o_acc`` is rescaled by 2^(m_old - m), ``row_max`` (in scaled log2 units) and the lane's partial
+    ``row_sum`` are updated (the sum is completed across the quad only at the end). A row with no
+    unmasked key so far keeps m = -inf and uses 0 in its place, so its P and rescale are 0, not NaN.
+
+    PTX per row: a ``max.f32`` tree, :func:`quad_reduce`, ``mul.f32``/``max.f32`` for m,
+    ``setp.eq.f32``/``selp.f32`` for the -inf guard, ``ex2.approx.ftz.f32`` of ``m_old - m``, then per
+    score ``fma.rn.f32 x, s, c, -m; ex2.approx.ftz.f32 s, x;``, an ``add.f32`` tree, ``fma.rn.f32`` of
+    the sum and ``mul.f32`` of each output accumulator by the correction.
+    """
+    for half in (0, 1):
+        scores = half_regs(s_acc, n, half)
+        block_max = quad_reduce(b, "max", tree(b, "max", scores, name="blk_max"), name="blk_max")
+        new_max = b.max(f32, row_max[half], b.mul(f32, block_max, scale_log2), name="new_max")
+        empty = b.setp("eq", f32, new_max, NEG_INF, name="row_empty")
+        base = b.selp(f32, 0.0, new_max, empty, name="max_used")
+        correction = b.ex2(f32, b.sub(f32, row_max[half], base), mode="approx", ftz=True, name="corr")
+        neg_base = b.neg(f32, base, name="neg_max")
+        for s in scores:
+            b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), mode="approx", ftz=True, into=s)
+        total = tree(b, "add", scores, name="blk_sum")
+        b.fma(f32, row_sum[half], correction, total, rnd="rn", into=row_sum[half])
+        for o in half_regs(o_acc, d, half):
+            b.mul(f32, o, correction, into=o)
+        b.mov(f32, new_max, into=row_max[half])
+
+
+def p_operand_pairs(n: int):
+    """For each k16 step t of P·V and A register j: the accumulator indices (low, high) it packs."""
+    return [[(8 * t + 2 * j, 8 * t + 2 * j + 1) for j in range(4)] for t in range(n // K_STEP)]
+
+
+def p_operand(b: Builder, s_acc, n: int, dtype: str) -> list:
+    """P as wgmma A operands: per k16 step, 4 packed registers.
+
+    PTX per register: ``cvt.rn.<dtype>x2.f32 a, s_high, s_low;`` (the high half is the first source).
+    """
+    return [Vec(tuple(b.cvt(f"{dtype}x2", f32, s_acc[hi], s_acc[lo], rnd="rn", name="p")
+                      for lo, hi in step)) for step in p_operand_pairs(n)]
+
+
+def pv_block(b: Builder, o_acc, p_regs: list, v_tile: Reg, *, n: int, d: int, dtype: str) -> None:
+    """O += P·V for one block of ``n`` keys: V's stage tile at ``v_tile`` (see the module docstring).
+
+    PTX: ``wgmma.fence; n/16 x wgmma.mma_async.sync.aligned.m64n<d>k16.f32.<t>.<t> {o}, {p_t},
+    descV + 2048*(t%4), 1, 1, 1, 1; wgmma.commit_group;`` (the caller waits).
+    """
+    b.wgmma_fence()
+    for kk in range(n // BOX_ROWS):
+        tile = b.add(u32, v_tile, v_box_offset(0, kk, d), name="v_sub") if kk else v_tile
+        desc = smem_desc(b, tile, leading_bytes=v_box_offset(1, 0, d) - v_box_offset(0, 0, d), name="v_desc")
+        for step in range(BOX_ROWS // K_STEP):
+            b.wgmma(o_acc, p_regs[kk * (BOX_ROWS // K_STEP) + step], advance(b, desc, step * K_STEP * 128),
+                    n=d, dtype=f32, atype=dtype, scale_d=1, trans_b=1)
+    b.wgmma_commit_group()
+
+
+# ------------------------------------------------------------------ models of the emitted index maps
+def kv_end(first_row: int, rows: int, seq_q: int, seq_k: int, diag: int) -> int:
+    """Keys a block of query rows [first_row, first_row + rows) needs: key j is visible to row i when
+    ``j < seq_k`` and ``j <= i + diag`` (diag = seq_k - seq_q when causal, seq_k otherwise)."""
+    return max(0, min(seq_k, min(first_row + rows, seq_q) + diag))
+
+
+def key_limit(row: int, seq_k: int, diag: int) -> int:
+    """Row ``row`` sees keys ``0 <= j < key_limit`` (possibly none)."""
+    return min(seq_k, row + diag + 1)

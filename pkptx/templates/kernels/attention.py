@@ -1,0 +1,279 @@
+"""Attention forward, O = softmax(scale · Q·Kᵀ + mask) · V, on Hopper tensor cores (FlashAttention-style):
+one loader warp TMA-loads Q, K and V into 128-byte-swizzled shared memory on mbarrier rings; each
+consumer warpgroup owns 64 query rows of a block, computes S = Q·Kᵀ with wgmma from shared memory,
+runs the online softmax in registers with exp2 (scale·log2(e) folded in), and accumulates O += P·V with
+P from registers as wgmma's A operand. A persistent grid walks (batch, head, query block) tasks, the
+longest causal blocks first. The compute side of the LCSC template; attention_parts holds the layout
+and the softmax.
+
+Layout (B, S, H, D), contiguous, bf16 or f16, D 64 or 128. K/V heads divide Q heads (GQA: Q head h
+reads K/V head h // group). Any sequence lengths: the tensor maps are 4-D (D, H, S, B), so TMA
+zero-fills rows past a batch's end and clips them when storing O; scores of keys past S_k are -inf.
+Causal masks are aligned bottom-right: row i sees key j <= i + S_k - S_q (``diag``; for non-causal
+``diag = S_k``). Optionally writes the natural-log log-sum-exp of each row, f32, (B, H, S_q); rows that
+see no key get O = 0 and LSE = -inf.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import PTXBuildError
+from ...isa import Param, address, b8, f32, s32, u32, u64
+from ...primitives import wait_parity
+from ...primitives.tma import tensor_map_param
+from ...primitives.wgmma import warp_quad
+from ..attention_parts import (BOX_COLS, BOX_ROWS, LN2, NEG_INF, ROWS, half_regs, k_box_offset, mask_columns,
+                               online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, v_box_offset)
+from ..gemm_parts import mma_k_block, stage_accumulators, stage_of
+from ..lcsc import Buffer, Ring, Template
+
+SMEM_LIMIT = 227 * 1024
+TENSORS = ("q", "k", "v", "o")
+
+
+@dataclass(frozen=True)
+class Config:
+    dtype: str = "bf16"          # Q, K, V and O
+    head_dim: int = 128
+    block_k: int = 128           # keys per K/V stage
+    consumers: int = 2           # warpgroups of 64 query rows per block
+    stages: int = 2
+
+    def __post_init__(self):
+        if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
+            raise PTXBuildError(f"attention Config: dtype bf16/f16 and head_dim 64/128, got {self}")
+        if self.block_k not in (64, 128) or self.consumers not in (1, 2, 3) or self.stages < 1:
+            raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, got {self}")
+        if self.smem_bytes > SMEM_LIMIT:
+            raise PTXBuildError(f"attention Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
+
+    @property
+    def rows(self) -> int:
+        """Query rows per block (task)."""
+        return ROWS * self.consumers
+
+    @property
+    def q_bytes(self) -> int:
+        return self.rows * self.head_dim * 2
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of one K (or V) stage."""
+        return self.block_k * self.head_dim * 2
+
+    @property
+    def staging_bytes(self) -> int:
+        """Per consumer warpgroup: its 64 output rows in 16-bit."""
+        return ROWS * self.head_dim * 2
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.q_bytes + 2 * self.stages * self.kv_bytes + self.consumers * self.staging_bytes + 1024
+
+    @property
+    def name(self) -> str:
+        return f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
+
+
+PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
+    Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
+    Param("group", u32), Param("seq_q", u32), Param("seq_k", u32), Param("diag", s32), Param("scale_log2", f32))
+
+
+def template(cfg: Config) -> Template:
+    return Template(
+        cfg.name, params=PARAMS,
+        dynamic_buffers=(Buffer("smem_q", cfg.q_bytes, 1024), Buffer("smem_k", cfg.stages * cfg.kv_bytes, 1024),
+                         Buffer("smem_v", cfg.stages * cfg.kv_bytes, 1024),
+                         Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024)),
+        rings=(Ring("q_full", 1, 1), Ring("q_empty", 1, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
+               Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
+        consumers=cfg.consumers)
+
+
+def task_coords(ctx, task):
+    """(batch, head, query block) of a task: blocks of one (batch, head) adjacent, the last first."""
+    b = ctx.b
+    q_blocks = ctx.param("q_blocks")
+    bh = b.div(u32, task, q_blocks, name="bh")
+    qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
+    return b.div(u32, bh, ctx.param("heads"), name="batch"), b.rem(u32, bh, ctx.param("heads"), name="head"), qb
+
+
+def kv_blocks(ctx, cfg: Config, first_row):
+    """K/V blocks a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
+    b = ctx.b
+    end = b.min(u32, b.add(u32, first_row, cfg.rows), ctx.param("seq_q"), name="rows_end")
+    keys = b.max(s32, b.add(s32, end, ctx.param("diag")), 0, name="keys_end")
+    keys = b.min(s32, keys, ctx.param("seq_k"), name="keys_end")
+    return b.div(u32, b.add(u32, keys, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
+
+
+def roles(cfg: Config) -> dict:
+    d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
+
+    def prologue(ctx):
+        ctx.let(it=ctx.b.mov(u32, 0, name="it"), tq=ctx.b.mov(u32, 0, name="tq"))
+
+    def loader(ctx, task):
+        """One lane: Q of the block once its buffer is free, then K and V block by block."""
+        b = ctx.b
+        with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
+            batch, head, qb = task_coords(ctx, task)
+            kv_head = b.div(u32, head, ctx.param("group"), name="kv_head")
+            first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
+            maps = {t: tensor_map_param(b, f"tmap_{t}") for t in "qkv"}
+            q_phase = b.and_("b32", ctx.param("tq"), 1, name="q_phase")
+            wait_parity(b, ctx.rings["q_empty"].bar(b, 0), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
+                        name="wait_q_free")
+            q_full = ctx.rings["q_full"].bar(b, 0)
+            b.mbarrier_arrive_expect_tx(q_full, cfg.q_bytes)
+            for wg in range(cfg.consumers):
+                row = b.add(u32, first_row, wg * ROWS, name="q_row")
+                for db in range(d_boxes):
+                    b.tensor_load(address(ctx.smem["smem_q"], q_box_offset(wg, db, cfg.head_dim)), maps["q"],
+                                  (db * BOX_COLS, head, row, batch), q_full)
+            for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
+                stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+                wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
+                            name="wait_kv_free")
+                key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+                for t, ring in (("k", "k_full"), ("v", "v_full")):
+                    full = ctx.rings[ring].bar(b, stage)
+                    b.mbarrier_arrive_expect_tx(full, cfg.kv_bytes)
+                    tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{t}"], mode="lo", name=f"{t}_dst")
+                    for kk in range(k_boxes):
+                        key = b.add(u32, key0, kk * BOX_ROWS, name="key")
+                        for db in range(d_boxes):
+                            offset = (k_box_offset(db, kk, cfg.block_k) if t == "k"
+                                      else v_box_offset(db, kk, cfg.head_dim))
+                            b.tensor_load(address(tile, offset), maps[t], (db * BOX_COLS, kv_head, key, batch), full)
+                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+            b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
+
+    def consumer(ctx, task):
+        """Each warpgroup: its 64 rows against every K/V block of the task, then O (and LSE) out."""
+        b = ctx.b
+        batch, head, qb = task_coords(ctx, task)
+        wg = b.shr(u32, ctx.role_tid, 7, name="wg")
+        wg_tid = b.and_("b32", ctx.role_tid, 127, name="wg_tid")
+        frag_row, frag_col = warp_quad(b, wg_tid)
+        first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
+        wg_row = b.mad(u32, wg, ROWS, first_row, mode="lo", name="wg_row")
+        rows = [b.add(u32, b.add(u32, wg_row, frag_row), 8 * h, name="row") for h in (0, 1)]
+        seq_k, diag = ctx.param("seq_k"), ctx.param("diag")
+
+        def key_limit(row):
+            return b.min(s32, b.add(s32, b.add(s32, row, diag), 1), seq_k, name="key_limit")
+
+        wg_limit = key_limit(wg_row)
+        row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
+        lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
+        yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
+        wait_parity(b, ctx.rings["q_full"].bar(b, 0), b.and_("b32", ctx.param("tq"), 1), deadline=ctx.deadline,
+                    abandon=True, name="wait_q")
+        q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), ctx.smem["smem_q"], mode="lo", name="q_tile")
+        row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
+        row_sum = [b.mov(f32, 0.0, name="row_sum") for _ in (0, 1)]
+        o_acc = b.regs(f32, cfg.head_dim // 2, name="o")
+        for o in o_acc:
+            b.mov(f32, 0.0, into=o)
+        scale_log2 = ctx.param("scale_log2")
+        for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
+            stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+            wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                        name="wait_k")
+            s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+            k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
+            for db in range(d_boxes):
+                mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
+                            b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
+                            n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+            b.wgmma_wait_group(0)
+            key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+            partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
+            with b.if_then(partial, uniform=True):
+                mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
+            online_softmax(b, s_acc, o_acc, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
+                           row_max=row_max, row_sum=row_sum)
+            p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
+            wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                        name="wait_v")
+            v_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_v"], mode="lo", name="v_tile")
+            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
+            b.wgmma_wait_group(0)
+            b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
+            b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+        b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, 0), pred=lane0)
+        finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head)
+        b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
+
+    return dict(num_tasks=lambda ctx: ctx.param("tasks"), prologue=prologue, loader=loader, consumer=consumer)
+
+
+def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head) -> None:
+    """O / l through the warpgroup's staging buffer to a TMA store (rows past S_q are clipped), and
+    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below S_q when ``lse`` is not null."""
+    b = ctx.b
+    lse = ctx.param("lse")
+    want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
+    lane_first = b.setp("eq", u32, frag_col, 0, name="quad_first")
+    out = list(o_acc)
+    for half in (0, 1):
+        total = quad_reduce(b, "add", row_sum[half], name="row_total")
+        empty = b.setp("eq", f32, total, 0.0, name="row_empty")
+        inv = b.selp(f32, 0.0, b.rcp(f32, total, mode="approx", ftz=True), empty, name="inv_sum")
+        for o in half_regs(o_acc, cfg.head_dim, half):
+            b.mul(f32, o, inv, into=o)
+        value = b.mul(f32, b.add(f32, row_max[half], b.lg2(f32, total, mode="approx", ftz=True)), LN2, name="lse")
+        store = b.setp("lt", u32, rows[half], ctx.param("seq_q"), combine="and", c=want_lse, name="store_lse")
+        store = b.and_("pred", store, lane_first, name="store_lse")
+        index = b.mad(u32, b.mad(u32, batch, ctx.param("heads"), head, mode="lo"), ctx.param("seq_q"), rows[half],
+                      mode="lo", name="lse_index")
+        with b.if_then(store):
+            b.st(f32, address(b.add(u64, lse, b.mul(u32, index, 4, mode="wide"), name="lse_addr")), value,
+                 space="global")
+    tmap_o = tensor_map_param(b, "tmap_o")
+    staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
+    stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
+                       issue=lambda sub, col: b.tensor_store(tmap_o, (col, head, wg_row, batch), address(sub)))
+
+
+def build(cfg: Config = Config()):
+    return template(cfg).build(**roles(cfg), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, scale: float | None = None):
+    """float64 (O, LSE) of (B, S, H, D) inputs: O (B, S_q, H, D), LSE (B, H, S_q) in natural log; a row
+    that sees no key has O = 0 and LSE = -inf."""
+    q64, k64, v64 = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    seq_q, heads, dim = q64.shape[1:]
+    seq_k, group = k64.shape[1], heads // k64.shape[2]
+    k64, v64 = np.repeat(k64, group, axis=2), np.repeat(v64, group, axis=2)
+    scores = (q64.transpose(0, 2, 1, 3) @ k64.transpose(0, 2, 3, 1)) * (dim ** -0.5 if scale is None else scale)
+    if causal:
+        visible = np.arange(seq_k)[None, :] <= np.arange(seq_q)[:, None] + (seq_k - seq_q)
+        scores = np.where(visible, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    weights = np.exp(scores - safe)
+    total = weights.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (np.where(total > 0, weights / total, 0.0) @ v64.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+        lse = (np.log(total) + safe)[..., 0]
+    return out, lse
+
+
+def default_config(dtype: str, head_dim: int) -> Config:
+    """The configuration the op launches: without setmaxnreg (nvJitLink ignores it, info C7504) a
+    consumer has 65536 / threads registers, so D=128 (64 accumulators each for S and O) fits 2
+    consumer warpgroups (168 registers) and D=64 fits 3 (128 registers), both without spills."""
+    return Config(dtype=dtype, head_dim=head_dim, consumers=2 if head_dim == 128 else 3)
+
+
+def catalog():
+    for dtype in ("bf16", "f16"):
+        for head_dim in (64, 128):
+            yield build(default_config(dtype, head_dim))

@@ -1,0 +1,185 @@
+"""The attention and merge kernels assemble for sm_90a without spills at every configuration the ops
+launch (and a few more), their PTX is deterministic and has the intended instruction forms, and
+every argument of pkptx.attention / attention_merge is checked before any GPU work."""
+from __future__ import annotations
+
+import pytest
+
+from pkptx.catalog import KERNEL_MODULES
+from pkptx.errors import PTXBuildError
+from pkptx.ops.attention import AttentionArgumentError, check_attention, check_merge
+from pkptx.templates.kernels import attention as kernel
+from pkptx.templates.kernels import attention_merge as merge
+from pkptx.toolchain import assemble
+
+LAUNCHED = [kernel.default_config(dtype, d) for dtype in ("bf16", "f16") for d in (64, 128)]
+MORE = [kernel.Config(head_dim=128, block_k=64), kernel.Config(head_dim=64, consumers=2, stages=3),
+        kernel.Config(head_dim=128, consumers=1, stages=3)]
+
+
+@pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
+def test_attention_assembles_without_spills(cfg):
+    cubin = assemble(kernel.build(cfg).render(), "sm_90a", use_cache=False)
+    assert cubin.resources.spills == 0 and cubin.resources.stack_bytes == 0, (cfg.name, cubin.resources)
+    assert "C75" not in cubin.log, cubin.log       # no serialised wgmma, no ignored setmaxnreg
+
+
+@pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
+def test_launch_smem_is_the_template_carving(cfg):
+    assert cfg.smem_bytes == kernel.template(cfg).dynamic_smem <= kernel.SMEM_LIMIT
+
+
+@pytest.mark.parametrize("cfg", [merge.Config(), merge.Config(dtype="f16", threads=512)], ids=str)
+def test_merge_assembles_without_spills(cfg):
+    cubin = assemble(merge.build(cfg).render(), "sm_90", use_cache=False)
+    assert cubin.resources.spills == 0, cubin.resources
+
+
+def test_catalogued():
+    assert kernel.__name__ in KERNEL_MODULES and merge.__name__ in KERNEL_MODULES
+    assert [k.name for k in kernel.catalog()] == [kernel.build(c).name for c in LAUNCHED]
+
+
+def test_ptx_forms_and_determinism():
+    cfg = kernel.default_config("bf16", 128)
+    ptx = kernel.build(cfg).render()
+    assert ptx == kernel.build(cfg).render()
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
+    pv = [line for line in ptx.splitlines() if "wgmma.mma_async" in line and ", 1, 1, 1;" in line]
+    assert len(pv) == cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V"
+    for form in ("ex2.approx.ftz.f32", "shfl.sync.bfly.b32", "cvt.rn.bf16x2.f32",
+                 "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "cp.async.bulk.tensor.4d.global.shared::cta"):
+        assert form in ptx, form
+
+
+@pytest.mark.parametrize("make", [
+    lambda: kernel.Config(head_dim=96), lambda: kernel.Config(dtype="f32"), lambda: kernel.Config(block_k=96),
+    lambda: kernel.Config(consumers=4), lambda: kernel.Config(head_dim=128, consumers=3, stages=3),
+    lambda: merge.Config(threads=100),
+])
+def test_bad_configs_are_refused(make):
+    with pytest.raises(PTXBuildError):
+        make()
+
+
+BF = "bfloat16"
+Q, KV = (2, 100, 8, 128), (2, 77, 2, 128)
+
+
+def check(q=Q, k=KV, v=KV, dtypes=(BF, BF, BF), **kw):
+    return check_attention(q, dtypes[0], k, dtypes[1], v, dtypes[2], **kw)
+
+
+def test_good_arguments_give_the_dimensions():
+    assert check() == (2, 100, 77, 8, 2, 128)
+    assert check(out_shape=Q, out_dtype=BF, lse_shape=(2, 8, 100), lse_dtype="float32", causal=True,
+                 scale=0.1) == (2, 100, 77, 8, 2, 128)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(q=(2, 100, 8)), "q must be 4-D"),
+    (dict(q=(2, 0, 8, 128)), "no empty dimension"),
+    (dict(v=(2, 78, 2, 128)), "k and v must have one shape"),
+    (dict(k=(3, 77, 2, 128), v=(3, 77, 2, 128)), "like q"),
+    (dict(q=(2, 100, 8, 96), k=(2, 77, 2, 96), v=(2, 77, 2, 96)), "head dim D must be one of"),
+    (dict(k=(2, 77, 3, 128), v=(2, 77, 3, 128)), "must divide q heads"),
+    (dict(dtypes=(BF, "float16", BF)), "must all be bfloat16 or all float16"),
+    (dict(dtypes=("float32",) * 3), "must all be bfloat16 or all float16"),
+    (dict(out_shape=(2, 100, 8, 64)), "out must have shape"),
+    (dict(out_dtype="float16"), "out must be bf16"),
+    (dict(lse_shape=(2, 100, 8)), r"lse must have shape \(2, 8, 100\)"),
+    (dict(lse_dtype=BF), "lse must be f32"),
+    (dict(causal=1), "causal must be True or False"),
+    (dict(scale=-1.0), "scale must be None"),
+    (dict(scale=float("nan")), "scale must be None"),
+])
+def test_bad_arguments_raise_before_gpu_work(kw, message):
+    with pytest.raises(AttentionArgumentError, match=message):
+        check(**kw)
+
+
+O, L = (2, 50, 4, 64), (2, 4, 50)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((O, BF, L, "float32", O, BF, L, "float32"), None),
+    (((2, 50, 4, 60), BF, L, "float32", (2, 50, 4, 60), BF, L, "float32"), "multiple of 8"),
+    ((O, "float32", L, "float32", O, "float32", L, "float32"), "bfloat16 or float16"),
+    ((O, BF, L, "float32", O, "float16", L, "float32"), "out_b must be bf16"),
+    ((O, BF, (2, 50, 4), "float32", O, BF, L, "float32"), "lse_a must have shape"),
+    ((O, BF, L, "float32", O, BF, L, BF), "lse_b must be f32"),
+    ((O, BF, L, "float32", O, BF, L, "float32", (2, 50, 4, 128), BF), "out must have shape"),
+])
+def test_merge_arguments(args, message):
+    if message is None:
+        assert check_merge(*args) == (2, 50, 4, 64)
+    else:
+        with pytest.raises(AttentionArgumentError, match=message):
+            check_merge(*args)
+
+
+class FakeLaunch:
+    """Stands in for a loaded kernel: records the launch shape and the arguments by parameter name."""
+
+    def __init__(self, factory, cfg):
+        self.param_names = tuple(p.name for p in factory(cfg).params)
+        self.compiled = type("C", (), {"entry": factory(cfg).name})
+        self.calls = []
+
+    def __getitem__(self, shape):
+        return lambda *args, stream=None: self.calls.append((shape, dict(zip(self.param_names, args))))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The host path of the ops without a GPU: device, status words, tensor maps, allocation, loading."""
+    import pkptx.ops.attention as op
+    from pkptx.launch.array import DeviceArray
+    launched = {}
+    device = type("D", (), {"sm_count": 132, "ordinal": 0})()
+    monkeypatch.setattr(op.Device, "current", staticmethod(lambda: device))
+    monkeypatch.setattr(op, "device_status", lambda dev: type("S", (), {"ptr": 0x1000})())
+    monkeypatch.setattr(op, "_tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
+    monkeypatch.setattr(op, "empty", lambda shape, dtype: DeviceArray(0x900000, shape, dtype))
+
+    def load(factory, cfg, dev):
+        return launched.setdefault(factory.__module__, FakeLaunch(factory, cfg))
+    monkeypatch.setattr(op, "load", load)
+    arrays = iter(range(1, 100))
+    return launched, lambda shape, dtype=BF: DeviceArray(0x100000 * next(arrays), shape, dtype)
+
+
+def test_attention_host_path_passes_every_parameter(fake_gpu):
+    import math
+
+    import pkptx
+    launched, array = fake_gpu
+    q, k, v = array((2, 1000, 8, 128)), array((2, 700, 2, 128)), array((2, 700, 2, 128))
+    lse = array((2, 8, 1000), "float32")
+    out = pkptx.attention(q, k, v, causal=True, lse=lse)
+    (grid, threads, smem), args = launched[kernel.__name__].calls[0]
+    cfg = kernel.default_config("bf16", 128)
+    q_blocks = -(-1000 // cfg.rows)
+    assert (grid, threads, smem) == (min(132, 2 * 8 * q_blocks), 128 * (1 + cfg.consumers), cfg.smem_bytes)
+    assert args["tmap_q"] == ("tmap", q.ptr, q.shape, (1, 64, 1, 64)) and args["tmap_o"][1] == out.ptr
+    assert (args["lse"], args["tasks"], args["q_blocks"], args["heads"], args["group"]) == (lse.ptr, 2 * 8 * q_blocks,
+                                                                                           q_blocks, 8, 4)
+    assert (args["seq_q"], args["seq_k"], args["diag"]) == (1000, 700, -300)
+    assert math.isclose(args["scale_log2"], 128 ** -0.5 * math.log2(math.e))
+    pkptx.attention(q, k, v, scale=0.5)
+    args = launched[kernel.__name__].calls[1][1]
+    assert (args["diag"], args["lse"]) == (700, 0) and math.isclose(args["scale_log2"], 0.5 * math.log2(math.e))
+
+
+def test_merge_host_path(fake_gpu):
+    import pkptx
+    launched, array = fake_gpu
+    oa, ob = array((2, 50, 4, 64)), array((2, 50, 4, 64))
+    la, lb, lse = (array((2, 4, 50), "float32") for _ in range(3))
+    out = pkptx.attention_merge(oa, la, ob, lb, lse=lse)
+    (grid, threads), args = launched[merge.__name__].calls[0]
+    assert threads == merge.Config().threads and grid == -(-2 * 50 * 4 * 8 // threads)
+    assert (args["out"], args["out_a"], args["out_b"], args["lse_out"]) == (out, oa, ob, lse.ptr)
+    assert (args["vectors"], args["row_vectors"], args["heads"], args["seq"]) == (2 * 50 * 4 * 8, 8, 4, 50)
+    with pytest.raises(AttentionArgumentError, match="must not be lse_a"):
+        pkptx.attention_merge(oa, la, ob, lb, lse=la)
