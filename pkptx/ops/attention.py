@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ..launch import Device, empty, from_dlpack
+from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS
@@ -18,7 +19,6 @@ from ..templates.kernels import attention_merge as merge_kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
 from .gemm import _tensor_map
 
-BLOCKS_PER_SM = 1
 HEAD_DIMS = (64, 128)
 BOX = (1, BOX_ROWS, 1, BOX_COLS)          # one 64-row x 64-column TMA box of one (batch, head)
 MERGE_BLOCKS_PER_SM = 8
@@ -28,9 +28,10 @@ class AttentionArgumentError(ArgumentError):
     """An attention argument of the wrong shape, dtype or layout (raised before any GPU work)."""
 
 
-def grid_size(tasks: int, device: Device) -> int:
-    """Blocks of the persistent attention grid (the one place that sizes it)."""
-    return min(tasks, device.sm_count * BLOCKS_PER_SM)
+def grid_size(kernel, threads: int, smem: int, tasks: int) -> int:
+    """Blocks of the persistent attention grid (the one place that sizes it): what this context can hold
+    at once (pkptx.launch.occupancy), at most one per task."""
+    return persistent_grid(kernel, threads, smem, work=tasks)
 
 
 def _device_array(x, op: str, name: str) -> DeviceArray:
@@ -123,7 +124,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
         scale_log2=scale * math.log2(math.e), rank=0, world=1, status=device_status(device).ptr,
         timeout_ns=timeout_ns, num_comm_sms=0))
-    launchable[grid_size(tasks, device), 128 * (1 + cfg.consumers), cfg.smem_bytes](*args, stream=stream)
+    threads = 128 * (1 + cfg.consumers)
+    launchable[grid_size(launchable, threads, cfg.smem_bytes, tasks), threads, cfg.smem_bytes](*args, stream=stream)
     return out
 
 
@@ -166,7 +168,7 @@ def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=No
     cfg = merge_kernel.Config(dtype=dtype_name(out.dtype))
     device = Device.current()
     vectors = batch * seq * heads * dim // merge_kernel.VALUES
-    grid = max(1, min(-(-vectors // cfg.threads), device.sm_count * MERGE_BLOCKS_PER_SM))
+    grid = max(1, min(-(-vectors // cfg.threads), context_sm_count(device) * MERGE_BLOCKS_PER_SM))
     load(merge_kernel.build, cfg, device)[grid, cfg.threads](
         out, arrays["out_a"], arrays["out_b"], lse.ptr if lse is not None else 0, arrays["lse_a"], arrays["lse_b"],
         vectors, dim // merge_kernel.VALUES, heads, seq, stream=stream)

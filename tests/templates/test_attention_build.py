@@ -141,6 +141,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(op, "device_status", lambda dev: type("S", (), {"ptr": 0x1000})())
     monkeypatch.setattr(op, "_tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
     monkeypatch.setattr(op, "empty", lambda shape, dtype: DeviceArray(0x900000, shape, dtype))
+    monkeypatch.setattr(op, "persistent_grid", lambda kernel, threads, smem, work: min(work, 132))
+    monkeypatch.setattr(op, "context_sm_count", lambda dev=None: 132)
 
     def load(factory, cfg, dev):
         return launched.setdefault(factory.__module__, FakeLaunch(factory, cfg))

@@ -90,7 +90,7 @@ def template(cfg: Config) -> Template:
                          Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024)),
         rings=(Ring("q_full", 1, 1), Ring("q_empty", 1, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
-        consumers=cfg.consumers)
+        consumers=cfg.consumers, progress=False)       # no block waits on another
 
 
 def task_coords(ctx, task):
