@@ -52,6 +52,9 @@ BENCHES = {
     "fused": Bench("bench_fused", "AG+GEMM, GEMM+RS, GEMM+AR against GEMM then collective", r"fused kernels",
                    PlotSpec("N", ("fused ms", "sequential ms", "cuBLAS+NCCL ms"), "ms", "sizes", "kernel", ylog=True),
                    mpi=True),
+    "attention": Bench("bench_attention", "pkptx.attention against torch SDPA, cuDNN and flash (needs torch)",
+                       r"attention bf16", PlotSpec("B x H x S x D", ("pkptx TFLOP/s", "cuDNN TFLOP/s", "flash TFLOP/s"),
+                                                   "TFLOP/s", "bars")),
     "copy": Bench("bench_tma", "TMA against register and copy-engine copies on one GPU", r"Copies on one GPU",
                   PlotSpec("bytes", ("TMA GB/s", "reg GB/s", "CE GB/s"), "GB/s", "sizes")),
     "launch": Bench("bench_launch", "host cost of one launch; bulk copy against cuMemcpy",
@@ -60,7 +63,7 @@ BENCHES = {
     "build": Bench("bench_build", "emit and assemble a 1000-instruction kernel (no GPU)", r"Build and assemble",
                    gpu=False),
 }
-NOT_YET = {"attention": "ring and Ulysses attention", "sp": "sequence-parallel attention",
+NOT_YET = {"sp": "ring and Ulysses attention",
            "moe": "MoE dispatch and expert GEMM"}
 
 

@@ -1,11 +1,10 @@
 """pkptx.attention against torch scaled_dot_product_attention (cuDNN and flash backends) in the same run,
 bf16 forward, layout (B, S, H, D) (torch gets the (B, H, S, D) views of the same tensors). Each shape is
 checked against torch's cuDNN (or flash) output before it is timed; TFLOP/s = 4·B·H·S²·D / time, half
-for causal. ``python bench/bench_attention.py [--record] [--quick]``."""
+for causal. ``python -m pkptx bench attention [--record] [--quick]``."""
 from __future__ import annotations
 
-import common  # noqa: F401  (puts the checkout on sys.path)
-from common import event_ms, parse_args, report
+from .common import event_ms, parse_args, report
 
 ISSUE_SHAPES = [(1, 32, 4096, 128), (1, 32, 16384, 128), (4, 16, 8192, 64), (1, 16, 32768, 128)]
 SWEEP = [(32768 // s, 16, s, d) for d in (64, 128) for s in (1024, 2048, 4096, 8192, 16384, 32768)]
@@ -18,8 +17,8 @@ def shapes(quick: bool) -> list:
     return ISSUE_SHAPES + [s for s in SWEEP if s not in ISSUE_SHAPES]
 
 
-def main() -> None:
-    args = parse_args(__doc__)
+def main(argv=None) -> int:
+    args = parse_args(__doc__, argv)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -66,7 +65,8 @@ def main() -> None:
            "Median of CUDA-event timings (GPU time: a GPU spin before each repeat hides the host); TFLOP/s = "
            "4·B·H·S²·D / time (half for causal); 'vs' = torch time / pkptx time (1.0 = parity); rel err against "
            "torch's cuDNN output (a WRONG row is not timed).", args.record)
+    return 0 if all("WRONG" not in row[2] for row in rows) else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
