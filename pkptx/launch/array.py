@@ -257,10 +257,7 @@ def from_dlpack(obj, stream=None) -> DeviceArray:
         return obj
     if not hasattr(obj, "__dlpack__"):
         raise ArrayError(f"from_dlpack: {type(obj).__name__} has no __dlpack__")
-    device_type, _ = obj.__dlpack_device__()
-    if device_type not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
-        raise dlpack.DLPackError(f"from_dlpack: {type(obj).__name__} lives on DLPack device type "
-                                 f"{device_type}; expected CUDA ({dlpack.KDL_CUDA}) or CUDA managed memory")
+    dlpack.cuda_device(obj, "from_dlpack")
     s = as_stream(stream)
     proto = 1 if s.handle == 0 else s.handle
     try:
@@ -273,7 +270,8 @@ def from_dlpack(obj, stream=None) -> DeviceArray:
 
 def device_pointer(obj) -> int:
     """The device address of ``obj``: a DeviceArray, an int, anything with
-    ``__cuda_array_interface__``, or a DLPack producer."""
+    ``__cuda_array_interface__``, or a DLPack producer of CUDA (or CUDA managed) memory; host
+    arrays (numpy, CPU tensors) are refused with a DLPackError saying where they live."""
     if type(obj) is DeviceArray:
         return obj.ptr
     if isinstance(obj, int) and not isinstance(obj, bool):
@@ -282,6 +280,7 @@ def device_pointer(obj) -> int:
     if cai is not None:
         return int(cai["data"][0])
     if hasattr(obj, "__dlpack__"):
+        dlpack.cuda_device(obj, "device_pointer")
         return dlpack.data_pointer(obj)
     raise ArrayError(f"{type(obj).__name__} is not device memory; expected a DeviceArray, an int address, "
                      "or an object with __cuda_array_interface__ or __dlpack__")

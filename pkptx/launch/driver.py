@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import CudaError
+from ..errors import CudaError, DriverUnavailableError
 
 _HINTS = {
     "CUDA_ERROR_NO_DEVICE": "no GPU is visible; GPU work needs a machine with one (check CUDA_VISIBLE_DEVICES)",
@@ -70,11 +70,17 @@ def call(fn_name: str, *args):
 
 
 def ensure_init() -> None:
-    """cuInit(0), once per process."""
+    """cuInit(0), once per process. Without a loadable driver library (cuda.bindings raises a
+    RuntimeError such as cuda.pathfinder's DynamicLibNotFoundError while loading it) this raises
+    :class:`DriverUnavailableError`, a CudaError, like every other driver failure."""
     global _initialised
     if _initialised:
         return
     with _init_lock:
         if not _initialised:
-            check(driver().cuInit(0), "cuInit")
+            try:
+                result = driver().cuInit(0)
+            except RuntimeError as exc:
+                raise DriverUnavailableError("cuInit", str(exc).splitlines()[0]) from exc
+            check(result, "cuInit")
             _initialised = True
