@@ -41,6 +41,8 @@ _TAG_SPAN = 30_000  # tags 1.._TAG_SPAN on the private duplicate; MPI guarantees
 NOTICE_TAG = _TAG_SPAN + 1  # on the private duplicate: "I gave up on collective #seq, missing ranks ..."
 LOST_EXIT_STATUS = 1
 _FIRST_PAUSE, _MAX_PAUSE = 1e-4, 0.01
+_NOTICE_PUSH_S = 0.2  # how long a rank that gives up drives its notices out
+_QUIET_PROBES = 8     # empty probes in a row before a rank believes no notice is waiting
 _NAME_PART = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -257,6 +259,12 @@ class World:
             if p != comm.Get_rank():
                 with contextlib.suppress(mpi.Exception):   # a dead peer may refuse it
                     self._notices.append(comm.Isend([notice, mpi.BYTE], dest=p, tag=notice_tag))
+        # MPI moves a message only while the sender is inside MPI: drive the sends a moment (those
+        # to a dead rank may never complete), so the notices are out before this rank goes quiet
+        until = time.monotonic() + _NOTICE_PUSH_S
+        with contextlib.suppress(mpi.Exception):
+            while not mpi.Request.Testall(self._notices) and time.monotonic() < until:
+                time.sleep(_FIRST_PAUSE)
         self._fail(message, lost=True)
 
     def _heed_notices(self, comm, notice_tag: int, what: str, pending: set[int] = frozenset()) -> None:
@@ -264,7 +272,12 @@ class World:
 
         ``pending``: the ranks this collective still waits for, named first when there are any."""
         mpi, status, gave_up = self._mpi, self._mpi.Status(), {}
-        while (probed := comm.Improbe(mpi.ANY_SOURCE, notice_tag, status)) is not None:
+        quiet = 0
+        while quiet < _QUIET_PROBES:   # one probe may move only one message in from shared memory
+            probed = comm.Improbe(mpi.ANY_SOURCE, notice_tag, status)
+            if probed is None:
+                quiet += 1
+                continue
             buf = bytearray(status.Get_count(mpi.BYTE))
             probed.Recv([buf, mpi.BYTE])
             gave_up[status.Get_source()] = pickle.loads(buf)
