@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import CudaError, PkptxError
+from .errors import CudaError, DriverUnavailableError, PkptxError
 
 STATUSES = ("ok", "warn", "fail", "skip")
 PACKAGES = (("pkptx", "pkptx"), ("cuda-bindings", "cuda-bindings"), ("nvidia-nvjitlink", "nvidia-nvjitlink"),
@@ -71,10 +71,11 @@ def probe() -> Machine:
     from .launch import driver
     try:
         count = driver.call("cuDeviceGetCount")
+    except DriverUnavailableError as exc:      # cuda.bindings finds no libcuda
+        cause = type(exc.__cause__).__name__ if exc.__cause__ else exc.name
+        return Machine(0, f"the CUDA driver library (libcuda) does not load ({cause})", False)
     except CudaError as exc:
         return Machine(0, f"{exc.call} -> {exc.name}")
-    except RuntimeError as exc:          # cuda.bindings finds no libcuda
-        return Machine(0, f"the CUDA driver library (libcuda) does not load ({type(exc).__name__})", False)
     return Machine(count, None if count else "cuDeviceGetCount() == 0")
 
 

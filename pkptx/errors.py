@@ -43,6 +43,20 @@ class CudaError(PkptxError):
         super().__init__(text + (f"\n  hint: {hint}" if hint else ""))
 
 
+class DriverUnavailableError(CudaError):
+    """The CUDA driver library (libcuda) cannot be loaded: no NVIDIA driver on this machine."""
+
+    def __init__(self, call: str, description: str):
+        super().__init__(call, -1, "CUDA_DRIVER_NOT_LOADABLE", description,
+                         "GPU work needs a machine with the NVIDIA driver installed; building and assembling "
+                         "kernels (Kernel.compile, python -m pkptx build) works without one")
+
+
+class SettingError(PkptxError, ValueError):
+    """A setting (an argument, or an environment variable such as PKPTX_TIMEOUT_S) holds a value pkptx
+    cannot use; the message names it, its value and what is accepted."""
+
+
 class LaunchError(PkptxError):
     """A launch request that the device cannot run (checked before calling the driver)."""
 

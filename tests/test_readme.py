@@ -48,3 +48,88 @@ def test_first_five_minutes_plot_is_what_its_command_makes(tmp_path, capsys):
     csv_name = Path(image).with_suffix(".csv").name
     assert (tmp_path / csv_name).read_text() == (ROOT / out / csv_name).read_text()
     assert (tmp_path / Path(image).name).read_bytes()[:8] == (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def section(title: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    return re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", readme, re.S | re.M).group(1)
+
+
+def test_host_api_snippet_is_the_example_and_uses_only_defined_names_and_real_signatures():
+    import ast
+    import builtins
+    import importlib
+    import inspect
+
+    block = re.search(r"```python\n(.*?)```", section("Host APIs"), re.S).group(1)
+    source = (ROOT / "examples" / "host_apis.py").read_text()
+    assert block == source
+    tree = ast.parse(source)
+    defined, objects = set(dir(builtins)), {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                defined.add(name)
+                if isinstance(node, ast.ImportFrom):
+                    objects[name] = getattr(importlib.import_module(node.module), alias.name)
+                else:
+                    objects[name] = importlib.import_module(alias.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert used <= defined, f"undefined names: {used - defined}"
+
+    def resolve(func):
+        if isinstance(func, ast.Name):
+            return objects.get(func.id)
+        if isinstance(func, ast.Attribute):
+            owner = resolve(func.value)
+            if owner is not None and inspect.ismodule(owner):
+                assert hasattr(owner, func.attr), f"{owner.__name__} has no {func.attr}"
+                return getattr(owner, func.attr)
+        return None
+
+    checked = 0
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        fn = resolve(call.func)
+        if fn is None or not (getattr(fn, "__module__", "") or "").startswith("pkptx"):
+            continue
+        target = fn.__init__ if inspect.isclass(fn) else fn
+        sig = inspect.signature(target)
+        args = ([None] if inspect.isclass(fn) else []) + [None] * len(call.args)
+        sig.bind(*args, **{kw.arg: None for kw in call.keywords})   # TypeError: the snippet misuses it
+        checked += 1
+    assert checked >= 8
+
+
+def test_gpu_machine_commands_use_the_venv_and_exist():
+    block = re.search(r"```sh\n(.*?)```", section("On a GPU machine"), re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    for command in commands:
+        assert not command.startswith(("python3 ", "mpirun ", "python ")), command
+    venv_bin = Path(sys.executable).parent
+    tools = [c.split()[1] for c in commands if c.startswith(".venv/bin/python tools/")]
+    assert tools == ["tools/gpu_check.py"] and (ROOT / tools[0]).is_file()
+    assert any(c.startswith(".venv/bin/mpiexec -n 4 .venv/bin/python -m pkptx demo") for c in commands)
+    assert (venv_bin / "mpiexec").exists(), "the test extra puts mpich's mpiexec next to the venv's python"
+    proc = subprocess.run([sys.executable, str(ROOT / tools[0]), "--help"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0 and "usage: gpu_check.py" in proc.stdout, proc.stderr
+
+
+def test_the_manifest_alone_launches_exactly_the_kernels_the_readme_names():
+    from pkptx.catalog import kernels
+
+    text = " ".join(section("Build artefacts for another runtime").split())
+    assert "only the `bulk_copy_*` kernels can be launched from the manifest and this paragraph alone" in text
+    documented = ("dst", "src", "nbytes", "status", "timeout_ns")
+    for name in documented:
+        assert f"`{name}`" in text
+    names = {}
+    for k in kernels():
+        names[k.name] = tuple(p.name for p in k.params)
+    copies = {n for n in names if n.startswith("bulk_copy_")}
+    assert copies and all(names[n] == documented for n in copies)
+    # every other kernel takes some argument the paragraph does not describe
+    assert all(set(params) - set(documented) for n, params in names.items() if n not in copies)

@@ -177,13 +177,33 @@ class DeviceArray:
         return self
 
     def fill(self, value, stream=None) -> "DeviceArray":
-        """Set every element to ``value``: a cuMemsetD8/16/32 when the element's bytes repeat with
-        that period, else a copy of a host array."""
+        """Set every element to ``value``, converted to the array's dtype (``fill(1)`` on float32
+        writes 1.0); for a raw bit pattern use :meth:`fill_bits`."""
         self._need_contiguous("fill")
         try:
             raw = np.array(value, dtype=self.dtype).tobytes()
         except (ValueError, OverflowError, TypeError) as exc:
             raise ArrayError(f"fill({value!r}): not representable as {self.dtype}: {exc}") from None
+        return self._fill_raw(raw, stream)
+
+    def fill_bits(self, pattern: int, stream=None) -> "DeviceArray":
+        """Set every element's bits to ``pattern``, an int of the element's width (``itemsize`` bytes,
+        little-endian as the GPU stores it): ``fill_bits(0x7FC0)`` on bfloat16 writes a quiet NaN,
+        ``fill_bits(-1)`` all ones. Negative patterns are two's complement."""
+        bits = 8 * self.itemsize
+        if type(pattern) is not int and not isinstance(pattern, np.integer):
+            raise ArrayError(f"fill_bits(pattern={pattern!r}): expected an int bit pattern of {bits} bits "
+                             f"(the width of {self.dtype})")
+        pattern = int(pattern)
+        if not -(1 << (bits - 1)) <= pattern < 1 << bits:
+            raise ArrayError(f"fill_bits(pattern={pattern:#x}): expected an int in [{-(1 << (bits - 1))}, "
+                             f"{(1 << bits) - 1:#x}], a bit pattern of {bits} bits (the width of {self.dtype})")
+        self._need_contiguous("fill_bits")
+        return self._fill_raw((pattern & ((1 << bits) - 1)).to_bytes(self.itemsize, "little"), stream)
+
+    def _fill_raw(self, raw: bytes, stream) -> "DeviceArray":
+        """Every element := the ``itemsize`` bytes ``raw``: a cuMemsetD8/16/32 when they repeat with
+        that period (and the address allows it), else a copy of a host array."""
         if self.size == 0:
             return self
         s = self._stream(stream)
@@ -191,7 +211,7 @@ class DeviceArray:
             if len(raw) % width == 0 and raw == raw[:width] * (len(raw) // width) and self.ptr % width == 0:
                 call(fn, self.ptr, int.from_bytes(raw[:width], "little"), self.nbytes // width, s.cu)
                 return self
-        return self.copy_from_numpy(np.full(self.shape, value, self.dtype), s)
+        return self.copy_from_numpy(np.frombuffer(raw * self.size, self.dtype).reshape(self.shape), s)
 
     def _need_contiguous(self, what: str) -> None:
         if not self.is_contiguous:
@@ -257,10 +277,7 @@ def from_dlpack(obj, stream=None) -> DeviceArray:
         return obj
     if not hasattr(obj, "__dlpack__"):
         raise ArrayError(f"from_dlpack: {type(obj).__name__} has no __dlpack__")
-    device_type, _ = obj.__dlpack_device__()
-    if device_type not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
-        raise dlpack.DLPackError(f"from_dlpack: {type(obj).__name__} lives on DLPack device type "
-                                 f"{device_type}; expected CUDA ({dlpack.KDL_CUDA}) or CUDA managed memory")
+    dlpack.cuda_device(obj, "from_dlpack")
     s = as_stream(stream)
     proto = 1 if s.handle == 0 else s.handle
     try:
@@ -273,7 +290,8 @@ def from_dlpack(obj, stream=None) -> DeviceArray:
 
 def device_pointer(obj) -> int:
     """The device address of ``obj``: a DeviceArray, an int, anything with
-    ``__cuda_array_interface__``, or a DLPack producer."""
+    ``__cuda_array_interface__``, or a DLPack producer of CUDA (or CUDA managed) memory; host
+    arrays (numpy, CPU tensors) are refused with a DLPackError saying where they live."""
     if type(obj) is DeviceArray:
         return obj.ptr
     if isinstance(obj, int) and not isinstance(obj, bool):
@@ -282,6 +300,7 @@ def device_pointer(obj) -> int:
     if cai is not None:
         return int(cai["data"][0])
     if hasattr(obj, "__dlpack__"):
+        dlpack.cuda_device(obj, "device_pointer")
         return dlpack.data_pointer(obj)
     raise ArrayError(f"{type(obj).__name__} is not device memory; expected a DeviceArray, an int address, "
                      "or an object with __cuda_array_interface__ or __dlpack__")

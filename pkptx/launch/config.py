@@ -34,6 +34,19 @@ class DeviceLimits:
     l2_bytes: int = 60 * 1024 * 1024
 
 
+def required_block(kernel) -> tuple[int, int, int] | None:
+    """The one block shape ``kernel`` (a CompiledKernel) may be launched with, or None when any block
+    within its bounds will do.
+
+    The one place that reads this fact: ``kernel.required_block`` where the kernel states it, else
+    its ``.reqntid`` (``block`` with ``block_exact``). A kernel that declares only ``.maxntid`` but
+    whose loops assume that many threads must state ``required_block``."""
+    exact = getattr(kernel, "required_block", None)
+    if exact is None and getattr(kernel, "block_exact", False):
+        exact = kernel.block
+    return None if exact is None else _dim3(tuple(exact), "kernel required_block")
+
+
 def _dim3(value, what: str) -> tuple[int, int, int]:
     """``n`` or a 1-3 tuple of positive ints, as a 3-tuple padded with ones."""
     dims = value if isinstance(value, (tuple, list)) else (value,)
@@ -114,16 +127,16 @@ class LaunchConfig:
                               f"{limits.max_threads_per_block}")
 
     def _check_kernel_block(self, kernel, where: str) -> None:
-        want = getattr(kernel, "block", None)
-        if want is None:
+        exact = required_block(kernel)
+        if exact is not None:
+            if self.block != exact:
+                raise LaunchError(f"{where}: block={self.block}; expected exactly {exact}, the block the kernel "
+                                  "is written for (its roles and loops assume that many threads)")
             return
-        want = _dim3(tuple(want), "kernel block")
-        if getattr(kernel, "block_exact", False):
-            if self.block != want:
-                raise LaunchError(f"{where}: block={self.block}; expected exactly {want}, the kernel's .reqntid")
-        elif self.threads > prod(want):
+        bound = getattr(kernel, "block", None)
+        if bound is not None and self.threads > prod(bound):
             raise LaunchError(f"{where}: block={self.block} has {self.threads} threads; expected at most "
-                              f"{prod(want)}, the kernel's .maxntid {want}")
+                              f"{prod(bound)}, the kernel's .maxntid {tuple(bound)}")
 
     def _check_smem(self, limits: DeviceLimits, kernel, where: str, static_smem: int | None) -> None:
         need = getattr(kernel, "dynamic_smem", 0) if kernel is not None else 0

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import PkptxError
 
-KDL_CUDA = 2
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
 KDL_CUDA_MANAGED = 13
 VERSION = (1, 0)
 
@@ -193,6 +193,18 @@ def consume(capsule, producer) -> tuple[int, tuple, tuple | None, np.dtype, int,
     fn = ctypes.cast(managed.deleter, ctypes.c_void_p).value   # copied: the struct dies with the deleter
     owner = Imported(address, DELETER(fn) if fn else None, producer)
     return ptr, shape, strides, dtype, t.device.device_type, t.device.device_id, owner
+
+
+def cuda_device(obj, what: str) -> tuple[int, int]:
+    """``obj.__dlpack_device__()`` when it is CUDA or CUDA managed memory, else a DLPackError
+    saying where ``obj`` lives (``what`` names the request, e.g. ``"from_dlpack"``)."""
+    device_type, device_id = obj.__dlpack_device__()
+    if device_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
+        host = "host memory; copy it to the device first (pkptx.launch.from_numpy), " if (
+            device_type in (KDL_CPU, KDL_CUDA_HOST)) else ""
+        raise DLPackError(f"{what}: {type(obj).__name__} lives on DLPack device type {device_type} ({host}"
+                          f"expected CUDA ({KDL_CUDA}) or CUDA managed ({KDL_CUDA_MANAGED}) memory)")
+    return device_type, device_id
 
 
 def data_pointer(obj) -> int:

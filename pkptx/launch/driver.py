@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import CudaError
+from ..errors import CudaError, DriverUnavailableError
 
 _HINTS = {
     "CUDA_ERROR_NO_DEVICE": "no GPU is visible; GPU work needs a machine with one (check CUDA_VISIBLE_DEVICES)",
@@ -70,8 +70,10 @@ def call(fn_name: str, *args):
 
 
 def ensure_init() -> None:
-    """cuInit(0), once per process; first the rank's MPS share (``PKPTX_MPS_SHARES``), which must be
-    in the environment before the context exists."""
+    """cuInit(0), once per process, after the rank's MPS share (``PKPTX_MPS_SHARES``), which must be in
+    the environment before the context exists. Without a loadable driver library (cuda.bindings raises a
+    RuntimeError such as cuda.pathfinder's DynamicLibNotFoundError while loading it) this raises
+    :class:`DriverUnavailableError`, a CudaError, like every other driver failure."""
     global _initialised
     if _initialised:
         return
@@ -79,5 +81,9 @@ def ensure_init() -> None:
         if not _initialised:
             from .mps import apply_share
             apply_share()
-            check(driver().cuInit(0), "cuInit")
+            try:
+                result = driver().cuInit(0)
+            except RuntimeError as exc:
+                raise DriverUnavailableError("cuInit", str(exc).splitlines()[0]) from exc
+            check(result, "cuInit")
             _initialised = True

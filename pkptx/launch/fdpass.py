@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import WorldError
+from .timeouts import resolve_timeout_s
 from .world import World, format_ranks
 
 MAX_FDS = 64
@@ -58,7 +59,7 @@ def exchange_fds(world: World, fds: Sequence[int], *, payload: bytes = b"",
                          f"not {len(fds)} fds and {len(payload)} bytes")
     peers = [r for r in world.local_ranks if r != world.rank]
     purpose = f"fd{world.next_sequence('fdpass')}"
-    limit = world.timeout if timeout is None else timeout
+    limit = resolve_timeout_s(timeout, world)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     outgoing: dict[int, socket.socket] = {}
     received: dict[int, Received] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import numbers
 import struct
 import threading
@@ -30,7 +31,8 @@ from .tensormap import TensorMap
 
 _INT_CODES = {("u", 8): "B", ("u", 16): "H", ("u", 32): "I", ("u", 64): "Q",
               ("s", 8): "b", ("s", 16): "h", ("s", 32): "i", ("s", 64): "q"}
-_FLOAT_CODES = {"f16": "e", "f32": "f", "tf32": "f", "f64": "d"}
+_FLOAT_CODES = {"f16": ("e", np.float16), "f32": ("f", np.float32), "tf32": ("f", np.float32),
+                "f64": ("d", np.float64)}
 _ML_FLOATS = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
 
@@ -53,11 +55,15 @@ def _bits_converter(bits: int):
 
 
 def _small_float_converter(dtype):
-    """bf16 and fp8 scalars go in as their bit pattern (struct has no such formats)."""
+    """bf16 and fp8 scalars go in as their bit pattern (struct has no such formats); a finite value
+    that would round to inf or nan, or an inf the format lacks, is out of range as it is for .f16."""
     def convert(value):
         if not isinstance(value, numbers.Real):
             raise TypeError
-        return int.from_bytes(np.array(value, dtype).tobytes(), "little")
+        encoded = np.array(value, dtype)
+        if np.isnan(encoded) != math.isnan(value) or np.isinf(encoded) != math.isinf(value):
+            raise OverflowError
+        return int.from_bytes(encoded.tobytes(), "little")
     return convert
 
 
@@ -79,11 +85,14 @@ def _slot(p) -> tuple[str, object]:
     if p.count > 1 or ty.name == "b128":
         return f"{p.size}s", _bytes_converter(p.size)
     if p.pointer:
+        if ty.kind not in ("u", "s", "b") or ty.bits != 64:
+            raise LaunchError(f"param '{p.name}' is a pointer declared .{ty.name}; expected .u64, .s64 or .b64 "
+                              "(device addresses are 64-bit)")
         return "Q", _pointer
     if (ty.kind, ty.bits) in _INT_CODES:
         return _INT_CODES[(ty.kind, ty.bits)], None
     if ty.name in _FLOAT_CODES:
-        return _FLOAT_CODES[ty.name], None
+        return _FLOAT_CODES[ty.name][0], None
     if ty.name in _ML_FLOATS:
         return ("H" if ty.bits == 16 else "B"), _small_float_converter(_ML_FLOATS[ty.name])
     if ty.kind in ("b", "fx2"):
@@ -96,12 +105,15 @@ def _expected(p) -> str:
     if p.count > 1 or ty.name == "b128":
         return f"a TensorMap or {p.size} bytes"
     if p.pointer:
-        return "a DeviceArray, an object with __cuda_array_interface__ or __dlpack__, or an int address"
+        return ("device memory: a DeviceArray, a CUDA array (__cuda_array_interface__ or a CUDA __dlpack__), "
+                "or an int device address")
     if ty.kind in ("u", "s", "b", "fx2"):
         lo = -(1 << (ty.bits - 1)) if ty.kind in ("s", "b", "fx2") else 0
         hi = (1 << (ty.bits - 1)) - 1 if ty.kind == "s" else (1 << ty.bits) - 1
         return f"an int in [{lo}, {hi}]"
-    return f"a real number representable as .{ty.name}"
+    dtype = _ML_FLOATS[ty.name] if ty.name in _ML_FLOATS else _FLOAT_CODES[ty.name][1]
+    largest = float(ml_dtypes.finfo(dtype).max)
+    return f"a real number representable as .{ty.name} (finite values up to {largest:g} in magnitude)"
 
 
 class Packer:
@@ -183,10 +195,11 @@ class Packer:
             code, conv = _slot(p)
             try:
                 struct.pack("<" + code, conv(value) if conv is not None else value)
-            except _PACK_ERRORS:
+            except _PACK_ERRORS as why:
+                detail = f" ({why})" if isinstance(why, PkptxError) else ""
                 return LaunchError(f"kernel '{self.entry}': argument {i} '{p.name}' (.{p.type.name}"
                                    f"{f'[{p.count}]' if p.count > 1 else ''}) got {value!r:.80}; expected "
-                                   f"{_expected(p)}")
+                                   f"{_expected(p)}{detail}")
         return LaunchError(f"kernel '{self.entry}': arguments do not pack: {exc}")
 
 

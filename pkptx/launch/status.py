@@ -12,10 +12,12 @@ import numpy as np
 
 from ..errors import DeviceTimeoutError
 from .array import DeviceArray, empty
+from .timeouts import ENV as TIMEOUT_ENV, default_timeout_s, to_ns
 
 WORDS = 8
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # pkptx.primitives.mbarrier.MBARRIER_FLAG_ID (launch does not import primitives)
-DEFAULT_TIMEOUT_NS = int(float(os.environ.get("PKPTX_TIMEOUT_S", "10")) * 1e9)   # device waits' budget
+# Device waits' budget: PKPTX_TIMEOUT_S when set (pkptx.launch.timeouts), else 10 s; ops take timeout_ns=.
+DEFAULT_TIMEOUT_NS = to_ns(default_timeout_s()) if os.environ.get(TIMEOUT_ENV) else 10 * 10**9
 
 
 class DeviceStatus:

@@ -5,6 +5,15 @@ N*(N-1) small messages, which is nothing for setup traffic (handles, names, agre
 buys the one thing MPI's own collectives cannot give: when a rank never arrives, every other rank
 knows exactly which one it was waiting for and raises a :class:`WorldError` naming it, instead of
 hanging the job. Not meant for bulk data.
+
+After such a timeout the world is *lost*: it refuses every later collective, and it tells the other
+ranks that it gave up (a notice naming the collective and its sequence number), so a rank that
+arrives late at the abandoned collective, or at any later one, raises instead of passing it. A
+process whose world was lost must not reach MPI_Finalize, which waits for every rank, the dead one
+included, forever: at exit (after the exit handlers registered after pkptx was imported, World
+closers included) it ends itself with MPI_Abort on MPI_COMM_SELF and exit status 1. Only that
+process ends (with MPICH; Open MPI's mpirun may end the rest of the job with it). Call
+:meth:`World.abort` to leave at once with a status of your choice.
 """
 from __future__ import annotations
 
@@ -15,18 +24,25 @@ import pickle
 import re
 import secrets
 import struct
+import sys
 import time
 import warnings
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NoReturn
 
 from ..errors import WorldError
+from .timeouts import check_timeout_s, default_timeout_s, resolve_timeout_s
 
-DEFAULT_TIMEOUT = 60.0
 # World() greets every rank on the caller's communicator before duplicating it (MPI_Comm_dup
-# would hang on a missing rank); this tag is reserved on that communicator for the greeting.
+# would hang on a missing rank); these tags are reserved on that communicator for the greeting
+# and for the notice that a rank gave up on it.
 HELLO_TAG = 31_111
+HELLO_NOTICE_TAG = HELLO_TAG + 1
 _TAG_SPAN = 30_000  # tags 1.._TAG_SPAN on the private duplicate; MPI guarantees up to 32767
+NOTICE_TAG = _TAG_SPAN + 1  # on the private duplicate: "I gave up on collective #seq, missing ranks ..."
+LOST_EXIT_STATUS = 1
 _FIRST_PAUSE, _MAX_PAUSE = 1e-4, 0.01
+_NOTICE_PUSH_S = 0.2  # how long a rank that gives up drives its notices out
+_QUIET_PROBES = 8     # empty probes in a row before a rank believes no notice is waiting
 _NAME_PART = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -34,6 +50,28 @@ def format_ranks(ranks: Iterable[int]) -> str:
     """'rank 2' or 'ranks 0, 3': how every message here names ranks."""
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+_lost: list[str] = []  # why a world of this process lost a rank: leave without MPI_Finalize at exit
+
+
+def _end_process(status: int, why: str) -> NoReturn:
+    """Flush, say why on stderr, and end this process only, skipping MPI_Finalize."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.write(f"pkptx: pid {os.getpid()} ends with status {status} without MPI_Finalize: {why}\n")
+        sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.COMM_SELF.Abort(status)
+    os._exit(status)
+
+
+@atexit.register
+def _leave_if_lost() -> None:
+    """Registered when pkptx.launch is imported, so it runs after every exit handler registered later."""
+    if _lost:
+        _end_process(LOST_EXIT_STATUS, _lost[0])
 
 
 def choose_device(local_rank: int, local_size: int, visible: int) -> int:
@@ -61,11 +99,12 @@ class World:
     Attributes: ``rank``, ``size``, ``local_rank``, ``local_size`` (ranks on this node, from
     MPI_Comm_split_type(COMM_TYPE_SHARED)), ``local_ranks`` (their world ranks, by local rank),
     ``pids``, ``token`` (random, from rank 0: unique per job) and ``timeout`` (seconds every
-    collective waits by default). Every collective takes ``what``, the name errors give it; it
-    must be the same string on every rank (a mismatch means ranks went different ways).
+    collective waits unless the call says otherwise: ``timeout=`` here, else ``PKPTX_TIMEOUT_S``,
+    else 60; see :mod:`pkptx.launch.timeouts`). Every collective takes ``what``, the name errors
+    give it; it must be the same string on every rank (a mismatch means ranks went different ways).
     """
 
-    def __init__(self, comm=None, *, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, comm=None, *, timeout: float | None = None):
         try:
             from mpi4py import MPI
         except ImportError as exc:
@@ -76,7 +115,8 @@ class World:
         token = secrets.token_hex(8) if self.rank == 0 else ""
         hello = pickle.dumps((os.getpid(), token))
         greetings = [pickle.loads(g) for g in
-                     self._exchange(base, hello, HELLO_TAG, "World(): greeting every rank", None)]
+                     self._exchange(base, hello, (HELLO_TAG, HELLO_NOTICE_TAG), "World(): greeting every rank",
+                                    self.timeout)]
         self.pids = [g[0] for g in greetings]
         self.token = greetings[0][1]
         self._comm = base.Dup()
@@ -89,7 +129,7 @@ class World:
         atexit.register(self.close)
 
     @classmethod
-    def single(cls, *, timeout: float = DEFAULT_TIMEOUT) -> World:
+    def single(cls, *, timeout: float | None = None) -> World:
         """A world of one rank that never imports mpi4py: for scripts, tests, single-GPU runs."""
         self = cls.__new__(cls)
         self._setup(None, 0, 1, timeout)
@@ -99,11 +139,11 @@ class World:
         atexit.register(self.close)
         return self
 
-    def _setup(self, mpi, rank: int, size: int, timeout: float) -> None:
-        if not timeout > 0:
-            raise WorldError(f"World timeout must be a positive number of seconds, not {timeout!r}")
-        self._mpi, self.rank, self.size, self.timeout = mpi, rank, size, float(timeout)
+    def _setup(self, mpi, rank: int, size: int, timeout: float | None) -> None:
+        self.timeout = default_timeout_s() if timeout is None else check_timeout_s(timeout, "World(timeout)")
+        self._mpi, self.rank, self.size = mpi, rank, size
         self._seq = 0
+        self._notices: list = []  # pending sends of "gave up" notices (their buffers live in them)
         self._sequences: dict[str, int] = {}
         self._closers: list[Callable[[], None]] = []
         self._broken: str | None = None
@@ -120,10 +160,11 @@ class World:
                         timeout: float | None = None) -> list[bytes]:
         """Every rank's ``data``, indexed by rank."""
         self._check_usable(what)
+        limit = resolve_timeout_s(timeout, self)
         if self.size == 1:
             return [bytes(data)]
         self._seq += 1
-        return self._exchange(self._comm, bytes(data), 1 + self._seq % _TAG_SPAN, what, timeout)
+        return self._exchange(self._comm, bytes(data), (1 + self._seq % _TAG_SPAN, NOTICE_TAG), what, limit)
 
     def allgather(self, obj: Any, *, what: str = "allgather", timeout: float | None = None) -> list:
         """Every rank's ``obj`` (pickled), indexed by rank."""
@@ -153,17 +194,20 @@ class World:
             raise WorldError(f"{what} failed on {format_ranks(failed)}:\n{details}")
         shared.values = [value for _, value in outcomes]
 
-    def _exchange(self, comm, payload: bytes, tag: int, what: str,
-                  timeout: float | None) -> list[bytes]:
-        """All-to-all of ``payload`` over ``comm``; names the ranks not heard from by the deadline.
+    def _exchange(self, comm, payload: bytes, tags: tuple[int, int], what: str, limit: float) -> list[bytes]:
+        """All-to-all of ``payload`` over ``comm``; names the ranks not heard from in ``limit`` seconds.
 
+        ``tags`` are this collective's message tag and the tag of "gave up" notices on ``comm``.
         Each message carries ``what``, so ranks that run collectives in different orders get a
-        WorldError saying where each one is, not each other's bytes.
+        WorldError saying where each one is, not each other's bytes. A notice from a rank that gave
+        up (on this collective or an earlier one) fails this one at once: the others' messages may
+        all be here, but the rank that sent them has left.
         """
         mpi, n, me = self._mpi, comm.Get_size(), comm.Get_rank()
         if n == 1:
             return [payload]
-        limit = self.timeout if timeout is None else timeout
+        tag, notice_tag = tags
+        self._heed_notices(comm, notice_tag, what)
         deadline = time.monotonic() + limit
         label = what.encode()
         message = struct.pack("!I", len(label)) + label + payload
@@ -184,10 +228,12 @@ class World:
                 pending.discard(source)
                 pause = _FIRST_PAUSE
                 continue
+            self._heed_notices(comm, notice_tag, what, pending)
             if time.monotonic() >= deadline:
                 arrived = set(range(n)) - pending
-                self._fail(f"{what}: {format_ranks(pending)} did not arrive within {limit:g} s "
-                           f"(seen from rank {me} of {n}; {format_ranks(arrived)} arrived)")
+                self._give_up(comm, notice_tag, what, limit, pending,
+                              f"{what}: {format_ranks(pending)} did not arrive within {limit:g} s "
+                              f"(seen from rank {me} of {n}; {format_ranks(arrived)} arrived)")
             time.sleep(pause)
             pause = min(2 * pause, _MAX_PAUSE)
         if elsewhere:
@@ -196,14 +242,62 @@ class World:
                        f"(seen from rank {me})")
         while not mpi.Request.Testall(sends):
             if time.monotonic() >= deadline:
-                self._fail(f"{what}: not every rank took this rank's message within {limit:g} s "
-                           f"(seen from rank {me} of {n})")
+                self._give_up(comm, notice_tag, what, limit, set(),
+                              f"{what}: not every rank took this rank's message within {limit:g} s "
+                              f"(seen from rank {me} of {n})")
             time.sleep(_MAX_PAUSE)
+        self._heed_notices(comm, notice_tag, what)
         return out
 
-    def _fail(self, message: str) -> None:
-        """A rank went missing: collectives after this one could pair up wrongly, so refuse them."""
+    def _give_up(self, comm, notice_tag: int, what: str, waited: float, missing: set[int],
+                 message: str) -> NoReturn:
+        """A rank went missing: tell every other rank that this one gives up on collective
+        #``self._seq`` (so a late arrival raises instead of passing it), then fail as lost."""
+        mpi = self._mpi
+        notice = pickle.dumps((self._seq, waited, what, sorted(missing)))
+        for p in range(comm.Get_size()):
+            if p != comm.Get_rank():
+                with contextlib.suppress(mpi.Exception):   # a dead peer may refuse it
+                    self._notices.append(comm.Isend([notice, mpi.BYTE], dest=p, tag=notice_tag))
+        # MPI moves a message only while the sender is inside MPI: drive the sends a moment (those
+        # to a dead rank may never complete), so the notices are out before this rank goes quiet
+        until = time.monotonic() + _NOTICE_PUSH_S
+        with contextlib.suppress(mpi.Exception):
+            while not mpi.Request.Testall(self._notices) and time.monotonic() < until:
+                time.sleep(_FIRST_PAUSE)
+        self._fail(message, lost=True)
+
+    def _heed_notices(self, comm, notice_tag: int, what: str, pending: set[int] = frozenset()) -> None:
+        """Fail as lost if some rank said it gave up on a collective (any: it has left the world).
+
+        ``pending``: the ranks this collective still waits for, named first when there are any."""
+        mpi, status, gave_up = self._mpi, self._mpi.Status(), {}
+        quiet = 0
+        while quiet < _QUIET_PROBES:   # one probe may move only one message in from shared memory
+            probed = comm.Improbe(mpi.ANY_SOURCE, notice_tag, status)
+            if probed is None:
+                quiet += 1
+                continue
+            buf = bytearray(status.Get_count(mpi.BYTE))
+            probed.Recv([buf, mpi.BYTE])
+            gave_up[status.Get_source()] = pickle.loads(buf)
+        if not gave_up:
+            return
+        me, n = comm.Get_rank(), comm.Get_size()
+        told = "; ".join(f"rank {r} gave up on {w!r} (host collective #{seq}) after {t:g} s, missing "
+                         f"{format_ranks(missing)}" for r, (seq, t, w, missing) in sorted(gave_up.items()))
+        if pending:
+            self._fail(f"{what}: {format_ranks(pending)} did not arrive (seen from rank {me} of {n}); {told}",
+                       lost=True)
+        self._fail(f"{what}: {told}; this rank (rank {me} of {n}, at #{self._seq}) came too late or was "
+                   "left behind, and the world is lost", lost=True)
+
+    def _fail(self, message: str, *, lost: bool = False) -> NoReturn:
+        """Collectives after this one could pair up wrongly, so refuse them. ``lost``: a rank went
+        missing, so this process must not reach MPI_Finalize (see the module docstring)."""
         self._broken = message
+        if lost and self._mpi is not None:
+            _lost.append(message)
         raise WorldError(message)
 
     def _check_usable(self, what: str) -> None:
@@ -216,6 +310,16 @@ class World:
     def broken(self) -> str | None:
         """Why the world stopped working (a rank went missing), or None."""
         return self._broken
+
+    def abort(self, status: int = LOST_EXIT_STATUS) -> NoReturn:
+        """End this rank now with exit ``status``: flush stdout and stderr, then MPI_Abort on
+        MPI_COMM_SELF (``os._exit`` for a world without MPI). MPI_Finalize, which would wait for a
+        dead rank forever, and every later exit handler and closer are skipped; the process's memory
+        and GPU handles go with it. Other ranks are not ended: they learn at their own timeout."""
+        if isinstance(status, bool) or not isinstance(status, int) or not 0 <= status <= 255:
+            raise WorldError(f"World.abort(status={status!r}): expected an int exit status in 0..255")
+        _end_process(status, f"World.abort({status}) on rank {self.rank}" +
+                     (f" after: {self._broken}" if self._broken else ""))
 
     # ------------------------------------------------------------------------ names and devices
 

@@ -12,10 +12,8 @@ def probe() -> str | None:
     try:
         driver.ensure_init()
         count = driver.call("cuDeviceGetCount")
-    except CudaError as exc:
-        return f"{exc.call} -> {exc.name}"
-    except RuntimeError as exc:      # cuda.bindings cannot find libcuda (DynamicLibNotFoundError)
-        return f"CUDA driver library not loadable: {exc}".splitlines()[0]
+    except CudaError as exc:        # DriverUnavailableError too: cuda.bindings cannot load libcuda
+        return f"{exc.call} -> {exc.name}: {exc.description}"
     return None if count else "cuDeviceGetCount() == 0"
 
 

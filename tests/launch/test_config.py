@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pkptx.errors import LaunchError
 from pkptx.launch import DeviceLimits, LaunchConfig
+from pkptx.launch.config import required_block
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class FakeKernel:
     resources: FakeResources = field(default_factory=FakeResources)
 
 
+@dataclass(frozen=True)
+class StatedKernel(FakeKernel):
+    """A kernel that states the block it is written for (the builder's ``required_block`` fact)."""
+    required_block: tuple | None = None
+
+
 def violations(cfg: LaunchConfig, lim: DeviceLimits, k: FakeKernel) -> list[str]:
     """Regexes of the messages each broken rule produces (a model written independently of config.py)."""
     out = []
@@ -37,11 +44,11 @@ def violations(cfg: LaunchConfig, lim: DeviceLimits, k: FakeKernel) -> list[str]
         out += [rf"{what}\.{a}={d}; expected at most {m}" for a, d, m in zip("xyz", dims, top) if d > m]
     if prod(cfg.block) > lim.max_threads_per_block:
         out.append(rf"threads; expected at most {lim.max_threads_per_block}$")
-    if k.block is not None:
-        if k.block_exact and cfg.block != k.block:
-            out.append(r"expected exactly .* \.reqntid")
-        if not k.block_exact and prod(cfg.block) > prod(k.block):
-            out.append(r"\.maxntid")
+    exact = getattr(k, "required_block", None) or (k.block if k.block_exact else None)
+    if exact is not None and cfg.block != exact:
+        out.append(r"expected exactly .*, the block the kernel is written for")
+    if exact is None and k.block is not None and prod(cfg.block) > prod(k.block):
+        out.append(r"\.maxntid")
     smem = k.dynamic_smem if cfg.dynamic_smem is None else cfg.dynamic_smem
     if smem < k.dynamic_smem:
         out.append(r"dynamic_smem=\d+; expected at least")
@@ -64,13 +71,15 @@ def violations(cfg: LaunchConfig, lim: DeviceLimits, k: FakeKernel) -> list[str]
 dims = st.tuples(st.integers(1, 70000), st.integers(1, 70000), st.integers(1, 70000))
 small = st.tuples(st.integers(1, 1100), st.integers(1, 40), st.integers(1, 70))
 clusters = st.none() | st.tuples(st.integers(1, 9), st.integers(1, 3), st.integers(1, 2))
+blocks = st.sampled_from([(128, 1, 1), (256, 1, 1), (32, 4, 1)])
 kernels = st.builds(
     FakeKernel,
-    block=st.none() | st.sampled_from([(128, 1, 1), (256, 1, 1), (32, 4, 1)]),
+    block=st.none() | blocks,
     block_exact=st.booleans(),
     cluster=st.none() | st.sampled_from([(2, 1, 1), (4, 1, 1)]),
     dynamic_smem=st.sampled_from([0, 1024, 64 * 1024]),
-    resources=st.builds(FakeResources, st.sampled_from([0, 1024, 200 * 1024])))
+    resources=st.builds(FakeResources, st.sampled_from([0, 1024, 200 * 1024]))) | st.builds(
+    StatedKernel, block=blocks, block_exact=st.booleans(), required_block=st.none() | blocks)
 limits = st.builds(DeviceLimits, cluster_launch=st.booleans(),
                    smem_per_block_optin=st.sampled_from([48 * 1024, 232448]))
 
@@ -98,11 +107,22 @@ def test_block_over_1024_threads(fake_limits):
         LaunchConfig(1, (64, 32)).validate(fake_limits)
 
 
-def test_reqntid_must_match(fake_limits):
-    kernel = FakeKernel(block=(128, 1, 1), block_exact=True)
+@pytest.mark.parametrize("kernel", [FakeKernel(block=(128, 1, 1), block_exact=True),
+                                    StatedKernel(block=(256, 1, 1), required_block=(128,))],
+                         ids=["reqntid", "required_block under a larger maxntid"])
+def test_the_required_block_must_match(fake_limits, kernel):
     LaunchConfig(4, 128).validate(fake_limits, kernel)
-    with pytest.raises(LaunchError, match=r"block=\(64, 1, 1\); expected exactly \(128, 1, 1\), the kernel's \.reqntid"):
-        LaunchConfig(4, 64).validate(fake_limits, kernel)
+    for smaller_or_other in (64, (64, 2), 256):
+        with pytest.raises(LaunchError, match=r"block=\(.*\); expected exactly \(128, 1, 1\), the block the kernel "
+                                              "is written for"):
+            LaunchConfig(4, smaller_or_other).validate(fake_limits, kernel)
+
+
+def test_no_stated_block_leaves_the_maxntid_bound(fake_limits):
+    kernel = StatedKernel(block=(256, 1, 1), required_block=None)
+    LaunchConfig(4, 64).validate(fake_limits, kernel)
+    with pytest.raises(LaunchError, match=r"\.maxntid"):
+        LaunchConfig(4, 512).validate(fake_limits, kernel)
 
 
 def test_maxntid_bounds_the_product(fake_limits):
@@ -173,3 +193,14 @@ def test_normalised_and_hashable():
     assert a.grid == (4, 1, 1) and a.block == (128, 2, 1) and a.threads == 256
     assert a == LaunchConfig((4,), (128, 2, 1)) and hash(a) == hash(LaunchConfig(4, (128, 2)))
     assert a != LaunchConfig(4, (128, 2), dynamic_smem=0)
+
+
+def test_a_compiled_reqntid_kernel_refuses_another_block(fake_limits):
+    from pkptx.isa import Kernel
+    k = Kernel("exact", [], req_threads=(32, 4))
+    k.builder().ret()
+    compiled = k.compile()
+    assert required_block(compiled) == (32, 4, 1)
+    LaunchConfig(2, (32, 4)).validate(fake_limits, compiled)
+    with pytest.raises(LaunchError, match=r"kernel 'exact'.*block=\(128, 1, 1\); expected exactly \(32, 4, 1\)"):
+        LaunchConfig(2, 128).validate(fake_limits, compiled)

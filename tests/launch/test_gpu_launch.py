@@ -174,6 +174,23 @@ def test_array_round_trip_and_fill(gpu, dtype):
                                   np.full(host.shape, value, dtype).view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype,pattern", [("float32", 0x3F800000), ("bfloat16", 0x7FC0), ("float64", -1),
+                                           ("float64", 0x0123456789ABCDEF), ("uint8", 0xA5), ("int16", -2),
+                                           ("complex64", 0x3F800000_00000000), ("float8_e4m3fn", 0x7F)])
+@pytest.mark.parametrize("offset_elements", [0, 1])
+def test_fill_bits_on_the_device(gpu, dtype, pattern, offset_elements):
+    """Memset paths (periodic patterns) and the copy path (others), at aligned and shifted addresses."""
+    itemsize = np.dtype(dtype).itemsize
+    base = from_numpy(np.zeros(1001 * itemsize, np.uint8))
+    view = DeviceArray.from_pointer(base.ptr + offset_elements * itemsize, (1000,), dtype, owner=base, device=gpu)
+    view.fill_bits(pattern)
+    got = base.to_numpy()
+    element = (pattern & ((1 << (8 * itemsize)) - 1)).to_bytes(itemsize, "little")
+    shifted = offset_elements * itemsize
+    assert got[shifted:shifted + 1000 * itemsize].tobytes() == element * 1000
+    assert not got[:shifted].any() and not got[shifted + 1000 * itemsize:].any()
+
+
 @pytest.mark.parametrize("pool_cls", [DriverPool, CachingPool])
 def test_pools_allocate_and_reuse(gpu, pool_cls):
     pool, stream = pool_cls(gpu), Stream()

@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 import threading
 
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pkptx.errors import LaunchError
 from pkptx.isa import types as T
 from pkptx.isa.values import Param
-from pkptx.launch import DeviceArray, Packer, TensorMap, describe_tiled
+from pkptx.launch import DeviceArray, Packer, TensorMap, describe_tiled, dlpack
 
 INT_TYPES = [T.u8, T.u16, T.u32, T.u64, T.s8, T.s16, T.s32, T.s64, T.b8, T.b16, T.b32, T.b64]
 CODES = {8: "B", 16: "H", 32: "I", 64: "Q"}
@@ -71,11 +72,11 @@ def test_float_params_are_not_ints():
 def test_floats_round_trip(f32, f64, f16):
     params = [Param("a", T.f32), Param("b", T.f64), Param("c", T.f16), Param("d", T.bf16)]
     packer = Packer(params, "k")
-    raw = read_back(packer, packer.pack([f32, f64, f16, f32]))
+    raw = read_back(packer, packer.pack([f32, f64, f16, f16]))     # f16 values all fit bf16's range
     assert struct.unpack("<f", raw[0])[0] == f32
     assert struct.unpack("<d", raw[1])[0] == f64
     assert struct.unpack("<e", raw[2])[0] == f16
-    assert raw[3] == np.array(f32, ml_dtypes.bfloat16).tobytes()
+    assert raw[3] == np.array(f16, ml_dtypes.bfloat16).tobytes()
 
 
 def test_f32_overflow_and_strings_are_labelled():
@@ -90,19 +91,77 @@ class FakeCai:
         self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (1,), "typestr": "<f4", "version": 3}
 
 
-def test_pointers_from_arrays_ints_cai_and_dlpack():
-    host = np.arange(4, dtype=np.float32)       # numpy exports DLPack (CPU), enough to read a pointer
-    args = [DeviceArray.from_pointer(0x7000, (2, 2), "float32"), 0x1234500, FakeCai(0xABC000), host]
-    packer = Packer([Param(f"p{i}", T.u64, pointer=True) for i in range(4)], "k")
+class Export:
+    """A DLPack producer of 4 floats at a made-up address on ``device_type`` (never dereferenced)."""
+
+    def __init__(self, ptr: int, device_type: int):
+        self.ptr, self.device_type = ptr, device_type
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return dlpack.make_capsule(self.ptr, (4,), (1,), np.dtype(np.float32), 0, self,
+                                   versioned=max_version is not None, device_type=self.device_type)
+
+
+def test_pointers_from_arrays_ints_cai_and_cuda_dlpack():
+    args = [DeviceArray.from_pointer(0x7000, (2, 2), "float32"), 0x1234500, FakeCai(0xABC000),
+            Export(0x5000, dlpack.KDL_CUDA), Export(0x6000, dlpack.KDL_CUDA_MANAGED), 0, 2**64 - 1]
+    types = [T.u64, T.u64, T.s64, T.b64, T.u64, T.u64, T.u64]
+    packer = Packer([Param(f"p{i}", t, pointer=True) for i, t in enumerate(types)], "k")
     raw = read_back(packer, packer.pack(args))
-    assert [int.from_bytes(b, "little") for b in raw] == [0x7000, 0x1234500, 0xABC000, host.ctypes.data]
+    assert [int.from_bytes(b, "little") for b in raw] == [0x7000, 0x1234500, 0xABC000, 0x5000, 0x6000, 0, 2**64 - 1]
 
 
-@pytest.mark.parametrize("bad", [-1, 2**64, "0x10", 1.0, object()])
+@pytest.mark.parametrize("host", [np.arange(4, dtype=np.float32), Export(0x5000, dlpack.KDL_CPU),
+                                  Export(0x5000, dlpack.KDL_CUDA_HOST)], ids=["numpy", "cpu", "cuda_host"])
+def test_host_array_for_a_pointer_is_refused_naming_the_param(host):
+    packer = Packer([Param("n", T.u32), Param("x", T.u64, pointer=True)], "scale")
+    with pytest.raises(LaunchError, match=r"kernel 'scale': argument 1 'x' \(\.u64\).*expected device memory"
+                                          r".*host memory; copy it to the device first"):
+        packer.pack([4, host])
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, "0x10", 1.0, True, object(), Export(0x5000, 8)])
 def test_bad_pointer_is_labelled(bad):
     packer = Packer([Param("n", T.u32), Param("out", T.u64, pointer=True)], "k")
-    with pytest.raises(LaunchError, match=r"argument 1 'out' \(\.u64\).*expected a DeviceArray"):
+    with pytest.raises(LaunchError, match=r"argument 1 'out' \(\.u64\).*expected device memory: a DeviceArray"):
         packer.pack([1, bad])
+
+
+@pytest.mark.parametrize("ty", [T.u32, T.s32, T.b32, T.u16, T.f64])
+def test_pointer_params_must_be_64_bit(ty):
+    with pytest.raises(LaunchError, match=rf"param 'p' is a pointer declared \.{ty.name}; expected \.u64, \.s64 or \.b64"):
+        Packer([Param("n", T.u32), Param("p", ty, pointer=True)], "k")
+
+
+SMALL_FLOATS = {T.bf16: ml_dtypes.bfloat16, T.e4m3: ml_dtypes.float8_e4m3fn, T.e5m2: ml_dtypes.float8_e5m2}
+
+
+@given(st.sampled_from(sorted(SMALL_FLOATS, key=str)), st.floats(allow_nan=True, allow_infinity=False))
+@example(T.bf16, 3.4e38).via("rounds to inf")
+@example(T.e4m3, 465.0).via("rounds to nan: e4m3 has no inf")
+def test_small_floats_pack_their_encoding_or_are_out_of_range(ty, value):
+    dtype = SMALL_FLOATS[ty]
+    packer = Packer([Param("x", ty)], "k")
+    encoded = np.array(value, dtype)
+    if np.isnan(value) or np.isfinite(encoded):
+        assert read_back(packer, packer.pack([value]))[0] == encoded.tobytes()
+    else:
+        largest = float(ml_dtypes.finfo(dtype).max)
+        with pytest.raises(LaunchError, match=rf"argument 0 'x' \(\.{ty.name}\).*finite values up to {re.escape(f'{largest:g}')}"):
+            packer.pack([value])
+
+
+@pytest.mark.parametrize("ty,accepted", [(T.bf16, True), (T.e5m2, True), (T.e4m3, False), (T.f16, True)])
+def test_infinity_only_where_the_format_has_one(ty, accepted):
+    packer = Packer([Param("x", ty)], "k")
+    if accepted:
+        packer.pack([float("-inf")])
+    else:
+        with pytest.raises(LaunchError, match=rf"argument 0 'x' \(\.{ty.name}\)"):
+            packer.pack([float("inf")])
 
 
 def test_tensor_map_params_are_128_bytes_at_64_byte_alignment():

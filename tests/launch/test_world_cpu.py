@@ -410,12 +410,40 @@ def test_gpu_program_over_the_fake_drivers_shared_memory():
 @needs_mpiexec
 @pytest.mark.mpi
 @pytest.mark.parametrize("where", ["world", "heap"])
-def test_rank_killed_during_setup_is_named_within_the_timeout(where):
+def test_rank_killed_during_setup_is_named_within_the_timeout_and_survivors_exit(where):
+    """The launcher keeps the survivors alive; they name the dead rank, then end on their own (the
+    program has no os._exit: a hang in MPI_Finalize would run into the launcher's timeout)."""
     timeout = 2.0
     proc, results = launcher.run(3, "kill_program.py", where, str(timeout), timeout=60,
                                  survive_dead_ranks=True)
     assert sorted(results) == [0, 1], proc.stdout[-4000:] + proc.stderr[-4000:]
+    seconds = []
     for r in (0, 1):
         seen = results[r][where]
         assert seen["error"] is not None and "rank 2 did not arrive" in seen["error"], seen
-        assert timeout <= seen["seconds"] < timeout + 3, seen
+        seconds.append(seen["seconds"])
+    # the first survivor to give up waited its whole timeout; its notice may tell the other sooner
+    assert max(seconds) >= timeout and max(seconds) < timeout + 3, seconds
+    status = 3 if where == "heap" else 1
+    assert proc.returncode == status, proc.stderr[-4000:]
+    assert proc.stderr.count(f"ends with status {status} without MPI_Finalize") == 2, proc.stderr[-4000:]
+
+
+@needs_mpiexec
+@pytest.mark.mpi
+def test_late_arrival_at_an_abandoned_barrier_raises():
+    timeout = 1.0
+    proc, results = launcher.run(3, "late_program.py", str(timeout), timeout=60, survive_dead_ranks=True)
+    assert sorted(results) == [0, 1, 2], proc.stdout[-4000:] + proc.stderr[-4000:]
+    for r in (0, 1):
+        seen = results[r]["late"]
+        assert seen["error"] is not None and "rank 2 did not arrive" in seen["error"], seen
+    late = results[2]["late"]
+    assert late["error"] is not None, "the late rank passed a barrier the others had abandoned"
+    # whichever of ranks 0 and 1 timed out first told the other, which then had no need to
+    assert re.search(rf"rank [01] gave up on 'late barrier' \(host collective #2\) after {timeout:g} s, "
+                     "missing rank 2", late["error"]), late
+    assert "this rank (rank 2 of 3, at #2) came too late" in late["error"] and late["seconds"] < 1, late
+    for r in range(3):
+        assert "unusable after an earlier failure" in results[r]["after"]["error"], results[r]
+    assert proc.returncode == 1 and proc.stderr.count("ends with status 1 without MPI_Finalize") == 3, proc.stderr

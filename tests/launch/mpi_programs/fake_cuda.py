@@ -347,3 +347,14 @@ class FakeDriver:
     def cuMemsetD32(self, ptr, value, count):
         ctypes.memmove(int(ptr), struct.pack(f"{count}I", *([value] * count)), 4 * count)
         return (OK,)
+
+    def cuMemsetD8Async(self, ptr, value, count, stream):
+        ctypes.memset(int(ptr), value, count)
+        return (OK,)
+
+    def cuMemsetD16Async(self, ptr, value, count, stream):
+        ctypes.memmove(int(ptr), struct.pack(f"{count}H", *([value] * count)), 2 * count)
+        return (OK,)
+
+    def cuMemsetD32Async(self, ptr, value, count, stream):
+        return self.cuMemsetD32(ptr, value, count)

@@ -6,6 +6,7 @@ section into a file per rank (lines of several ranks on one stdout can interleav
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,16 @@ RESULTS_ENV = "PKPTX_TEST_RESULTS"
 def report(rank: int, section: str, **data) -> None:
     with open(Path(os.environ[RESULTS_ENV]) / f"rank{rank}.jsonl", "a") as out:
         out.write(json.dumps({"section": section, **data}) + "\n")
+
+
+def unlink_mpi_shared_memory() -> None:
+    """A rank that leaves without MPI_Finalize (a lost world) leaves its MPI shared-memory segments
+    behind: unlink those this process maps (unlinking twice is harmless), leaving /dev/shm clean."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split(None, 5)[-1].strip() for line in maps if " /dev/shm/" in line}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path.removesuffix(" (deleted)"))
 
 
 def find_launcher() -> tuple[str, str] | None:
