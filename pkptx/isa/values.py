@@ -104,8 +104,7 @@ class Addr:
             return f"[{self.offset}]"
         if self.offset == 0:
             return f"[{self.base.render()}]"
-        sign = "+" if self.offset > 0 else "-"
-        return f"[{self.base.render()}{sign}{abs(self.offset)}]"
+        return f"[{self.base.render()}+{self.offset}]"     # ptxas parses [%r+-8], not [%r-8]
 
 
 @dataclass(frozen=True)
