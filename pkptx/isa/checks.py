@@ -109,6 +109,10 @@ def _check_cvt_flags(mods, dst: str, src: str):
             return f"'.sat' is not defined for conversions involving .{sorted(odd)[0]}"
         if dst[0] in "us" and src[0] in "us" and not _int_may_overflow(dst, src):
             return f"'.sat' is meaningless for .{src} -> .{dst} (the value always fits)"
+    for flag in ("relu", "satfinite"):
+        clash = [f for f in ("sat", "ftz") if mods.get(flag) and mods.get(f)]
+        if clash:
+            return f"'.{flag}' cannot be combined with '.{clash[0]}'"
     if mods.get("relu") and not (dst in _NARROW_FLOATS and src == "f32" and rnd in ("rn", "rz")):
         return "'.relu' is only legal converting .f32 to .f16/.bf16/.f16x2/.bf16x2/.tf32 with .rn or .rz"
     if mods.get("satfinite"):
@@ -420,6 +424,11 @@ def check_multimem_red(mods, types, ops):
     return check_multimem(mods, types, ops)
 
 
+def b128_sys(mods, types) -> bool:
+    """A .b128 access at .sys scope (PTX 8.4; .b128 itself is 8.3)."""
+    return types[0] == "b128" and mods.get("scope") == "sys"
+
+
 def mixed_int_wgmma(mods, types) -> bool:
     return {types[1], types[2]} == {"s8", "u8"}
 
@@ -465,7 +474,7 @@ def check_wgmma(register_a: bool):
         transposable = atype in ("f16", "bf16")
         if not transposable and (ops.get("ta") is not None or ops.get("tb") is not None):
             return f"wgmma with .{atype} inputs takes no transpose operands"
-        if transposable and ops.get("tb") is None:
+        if transposable and (ops.get("tb") is None or not register_a and ops.get("ta") is None):
             return "wgmma with 16-bit inputs takes the transpose-B immediate (and transpose-A for descriptor A)"
         for name in ("sa", "sb"):
             if integer and ops.get(name) is not None:
@@ -476,13 +485,6 @@ def check_wgmma(register_a: bool):
                 return f"wgmma scale immediates are 1 or -1, got {ops[name].value}"
         return None
     return check
-
-
-def check_setmaxnreg(mods, types, ops):
-    n = ops["n"].value
-    if not (24 <= n <= 256 and n % 8 == 0):
-        return f"setmaxnreg takes a multiple of 8 in 24..256, got {n}"
-    return None
 
 
 def check_matrix(mods, types, ops):

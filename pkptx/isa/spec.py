@@ -25,7 +25,7 @@ from typing import Callable
 from .checks import (
     hint_needs_policy, check_ldst, check_cvt, check_createpolicy, check_prefetch, arith,
     check_div, special_fn, check_setp, check_atom, check_bulk_reduce, check_bulk_load,
-    check_tensor, check_multimem, check_multimem_red, mixed_int_wgmma, check_wgmma, check_setmaxnreg,
+    check_tensor, check_multimem, check_multimem_red, mixed_int_wgmma, b128_sys, check_wgmma,
     check_matrix, check_vote, check_redux, check_cvta, check_mov, check_mbar_sem, check_mbar_arrive,
     INT, INT32_64, BITS, FLOATS, HALF, LDST,
     SCOPES, RND_F, RND_I, DIMS, SMEM, BULK_REDUCE_GLOBAL_TYPES,
@@ -207,14 +207,14 @@ spec("ld", "ld.{sem?}.{scope?}.{space?}.{nc?}.{cache?}.{evict?}.{prefetch?}.{hin
      cache=("ca", "cg", "cs", "lu", "cv"),
      evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
      prefetch=("L2::64B", "L2::128B", "L2::256B"), hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST,
-     check=check_ldst(load=True), versions=(("b128", (8, 3)),))
+     check=check_ldst(load=True), versions=(("b128", (8, 3)), (b128_sys, (8, 4))))
 spec("st", "st.{sem?}.{scope?}.{space?}.{cache?}.{evict?}.{hint?}.{vec?}.{T0}", "addr:A b:RIV:T0w policy?:R:b64!",
      section="9.7.9.9", sem=("weak", "relaxed", "release", "volatile"), scope=SCOPES,
      space=("global", "shared", "shared::cta", "shared::cluster", "local"),
      cache=("wb", "cg", "cs", "wt"),
      evict=("L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate"),
      hint=("L2::cache_hint",), vec=("v2", "v4"), T0=LDST, check=check_ldst(load=False),
-     versions=(("b128", (8, 3)),))
+     versions=(("b128", (8, 3)), (b128_sys, (8, 4))))
 spec("prefetch", "prefetch.{space?}.{level}", "addr:A", section="9.7.9.15",
      space=("global", "local", "const", "param"),
      level=("L1", "L2", "L2::evict_last", "L2::evict_normal", "tensormap"), check=check_prefetch,
@@ -382,8 +382,8 @@ spec("wgmma.mma_async.ss", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}"
 spec("wgmma.mma_async.rs", "wgmma.mma_async.sync.aligned.{shape}.{T0}.{T1}.{T2}",
      ">d:V:any a:V:b32 b:R:b64 scale:RI:pred sa?:I:s32 sb?:I:s32 tb?:I:s32", section="9.7.15.5.2",
      ptx=(8, 0), target="sm_90a", check=check_wgmma(register_a=True), **_WG)
-spec("setmaxnreg", "setmaxnreg.{action}.sync.aligned.u32", "n:I:u32", section="9.7.19.1", ptx=(8, 0),
-     target="sm_90a", action=("inc", "dec"), check=check_setmaxnreg)
+spec("setmaxnreg", "setmaxnreg.{action}.sync.aligned.u32", "n:I:u32[24..256%8]", section="9.7.19.1", ptx=(8, 0),
+     target="sm_90a", action=("inc", "dec"))
 
 # 9.7.13 Control flow and miscellaneous
 spec("bra", "bra.{uni?}", "target:L", section="9.7.13.4")

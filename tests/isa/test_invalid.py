@@ -237,7 +237,7 @@ def test_wgmma_bad_n(sb):
 
 def test_setmaxnreg_range(sb):
     k = Sandbox(target="sm_90a")
-    with build_error("setmaxnreg takes a multiple of 8 in 24..256, got 20"):
+    with build_error("setmaxnreg", "'n' must be an integer in 24..256, a multiple of 8, got 20"):
         k.b.setmaxnreg("dec", 20)
 
 
