@@ -1,7 +1,7 @@
 """Builder methods for integer, floating-point, logic and comparison instructions (PTX ISA 9.7.1-9.7.8).
 
 Each method comes from a small factory over the spec table; flag modifiers are keyword arguments
-(``ftz=True``, ``sat=True``, ``rnd="rn"``, ``mode="wide"``).
+(``ftz=True``, ``sat=True``, ``rnd="rn"``, ``approx=True``); ``mode=`` is only .hi/.lo/.wide.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ class ArithOps:
     mul = _nary("mul", 2, "``mul{.hi|.lo|.wide}{.rnd}.<ty> d, a, b`` (``mode='wide'`` gives a double-width d)")
     mad = _nary("mad", 3, "``mad{.hi|.lo|.wide}{.rnd}.<ty> d, a, b, c``")
     fma = _nary("fma", 3, "``fma.rnd{.ftz}{.sat}.<ty> d, a, b, c``")
-    div = _nary("div", 2, "``div{.approx|.full|.rnd}{.ftz}.<ty> d, a, b`` (``approx=True``, ``full=True`` or ``rnd='rn'``)")
+    div = _nary("div", 2, "``div{.approx|.full|.rnd}{.ftz}.<ty> d, a, b`` (``approx=True``, ``full=True``, "
+                          "``rnd='rn'``)")
     rem = _nary("rem", 2, "``rem.<ty> d, a, b``")
     abs = _nary("abs", 1, "``abs{.ftz}.<ty> d, a``")
     neg = _nary("neg", 1, "``neg{.ftz}.<ty> d, a``")

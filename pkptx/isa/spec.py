@@ -6,11 +6,12 @@ the dotted parts: literals, modifier groups ``{name}`` (``{name?}`` when optiona
 signature: ``name:kinds:type`` with ``>`` for a destination and ``?`` for an optional operand.
 Kinds: R register, I immediate, A address, V brace vector, S special register, Y symbol, L label,
 M tensor-map reference ``[tmap, {coords}]``, K pipe pair ``d|p``, N sink ``_``.
-Type rules (a trailing ``!`` refuses float registers, where ptxas does): ``T0`` (compatible with slot 0), ``T0w`` (at least as wide), ``T0x2`` (twice as wide),
+Type rules: ``T0`` (compatible with slot 0), ``T0w`` (at least as wide), ``T0x2`` (twice as wide),
 ``T0v`` (a brace vector whose registers together are as wide: mov's pack/unpack),
-a PTX type name, or ``any``. An operand may end in ``[lo..hi]`` or ``[lo..hi%m]`` (an immediate must lie
-in lo..hi and be a multiple of m; ``[lo..]`` has no upper bound) and an address or symbol operand in
-``@space`` (its state space when the stem fixes it; otherwise the row's ``space`` group, or generic).
+a PTX type name, or ``any``; a trailing ``!`` refuses float registers (where ptxas does). An operand
+may end in ``[lo..hi]`` or ``[lo..hi%m]`` (an immediate must lie in lo..hi and be a multiple of m;
+``[lo..]`` has no upper bound), and an address or symbol operand in ``@space`` (its state space when
+the stem fixes it; otherwise the row's ``space`` group, or generic).
 
 ``ptx`` is the row's minimum PTX ISA version and ``versions`` raise it per modifier or type, as the
 PTX ISA manual's "PTX ISA Notes" of each instruction give them; the per-form assembly test
@@ -318,11 +319,13 @@ spec("cp.async.bulk.shared::cluster.shared::cta",
      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes",
      f"dst:A@shared::cluster src:A@shared::cta {_SIZE} mbar:A@shared::cluster", section="9.7.9.25.4.1", ptx=(8, 0))
 spec("cp.async.bulk.global.shared::cta", "cp.async.bulk.global.shared::cta.bulk_group.{hint?}",
-     f"dst:A@global src:A@shared::cta {_SIZE} policy?:R:b64!", section="9.7.9.25.4.1", ptx=(8, 0), hint=("L2::cache_hint",),
+     f"dst:A@global src:A@shared::cta {_SIZE} policy?:R:b64!", section="9.7.9.25.4.1", ptx=(8, 0),
+     hint=("L2::cache_hint",),
      check=lambda m, t, o: hint_needs_policy(m, o))
 spec("cp.reduce.async.bulk.global.shared::cta",
      "cp.reduce.async.bulk.global.shared::cta.bulk_group.{hint?}.{op}.{noftz?}.{T0}",
-     f"dst:A@global src:A@shared::cta {_SIZE} policy?:R:b64!", section="9.7.9.25.4.2", ptx=(8, 0), hint=("L2::cache_hint",),
+     f"dst:A@global src:A@shared::cta {_SIZE} policy?:R:b64!", section="9.7.9.25.4.2", ptx=(8, 0),
+     hint=("L2::cache_hint",),
      op=("add", "min", "max", "inc", "dec", "and", "or", "xor"),
      T0=("b32", "b64", "u32", "s32", "u64", "s64", "f32", "f64", "f16", "bf16"),
      check=check_bulk_reduce(BULK_REDUCE_GLOBAL_TYPES))
@@ -331,7 +334,8 @@ spec("cp.reduce.async.bulk.shared::cluster.shared::cta",
      f"dst:A@shared::cluster src:A@shared::cta {_SIZE} mbar:A@shared::cluster", section="9.7.9.25.4.2", ptx=(8, 0),
      op=("add", "min", "max", "inc", "dec", "and", "or", "xor"), T0=("b32", "b64", "u32", "s32", "u64", "s64"),
      check=check_bulk_reduce(BULK_REDUCE_CLUSTER_TYPES))
-spec("cp.async.bulk.prefetch.L2.global", "cp.async.bulk.prefetch.L2.global.{hint?}", f"src:A@global {_SIZE} policy?:R:b64!",
+spec("cp.async.bulk.prefetch.L2.global", "cp.async.bulk.prefetch.L2.global.{hint?}",
+     f"src:A@global {_SIZE} policy?:R:b64!",
      section="9.7.9.25.4.3", ptx=(8, 0), hint=("L2::cache_hint",), check=lambda m, t, o: hint_needs_policy(m, o))
 spec("cp.async.bulk.tensor.shared::cluster.global",
      "cp.async.bulk.tensor.{dim}.shared::cluster.global.{load_mode?}.mbarrier::complete_tx::bytes.{multicast?}.{hint?}",

@@ -9,7 +9,6 @@ import difflib
 import math
 
 from ..errors import PTXBuildError
-from .instruction import capture_origin
 from .spec import SPECS, Spec
 from .types import PtxType, compatible, pred, ptx_type
 from .values import Addr, Imm, NotPred, Pipe, Reg, Sink, Special, Symbol, TensorRef, Vec, Label
@@ -19,15 +18,6 @@ _KIND = {Reg: "R", NotPred: "R", Imm: "I", Addr: "A", Vec: "V", Special: "S", Sy
 _KIND_NAMES = {"R": "register", "I": "immediate", "A": "address [..]", "V": "brace vector {..}",
                "S": "special register", "Y": "symbol", "L": "label", "M": "tensor reference [tmap, {..}]",
                "K": "pipe pair d|p", "N": "sink _"}
-
-
-def locate(exc: PTXBuildError) -> PTXBuildError:
-    """``exc`` with the user's ``file:line`` attached (the first frame outside pkptx/isa), unless it
-    already names one. Every error the ISA layer raises goes through here or through Builder.emit."""
-    if exc.origin is not None:
-        return exc
-    origin = capture_origin()
-    return type(exc)(exc.args[0], str(origin) if origin else None)
 
 
 def lookup(key: str) -> Spec:

@@ -161,7 +161,14 @@ class Param:
     symbol: Symbol = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "type", ptx_type(self.type))
+        from . import declare
+        what = f"Param({self.name!r})"
+        declare.identifier(self.name, "parameter name")
+        object.__setattr__(self, "type", declare.param_type(self.type, what))
+        declare.integer(self.count, f"{what}: count", 1)
+        declare.alignment(self.align, what)
+        if self.pointer:
+            declare.pointer(self.type, self.count, what)
         object.__setattr__(self, "symbol", Symbol(self.name, "param", self.type))
 
     @property

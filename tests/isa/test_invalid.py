@@ -441,7 +441,7 @@ def test_shared_names_are_unique_identifiers(sb):
         sb.k.shared("buf", 64)
     with build_error("shared variable 'n' must be an identifier"):
         sb.k.shared("n", 64)
-    with build_error("shared variable 'a-b' must be an identifier"):
+    with build_error("shared variable 'a-b' is not a PTX identifier"):
         sb.k.shared("a-b", 64)
 
 
