@@ -43,7 +43,8 @@ def capture_origin() -> Origin | None:
         filename = frame.f_code.co_filename
         absname = os.path.abspath(filename)
         if site is None:
-            if absname.startswith(_ISA_DIR + os.sep):
+            generated = filename.startswith("<") and frame.f_code.co_name.startswith("__")   # dataclass __init__
+            if absname.startswith(_ISA_DIR + os.sep) or generated:
                 continue
             site = (filename, lineno, frame.f_code.co_name)
         if not absname.startswith(_PKG_DIR + os.sep) and not filename.startswith("<frozen"):

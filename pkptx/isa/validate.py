@@ -129,7 +129,7 @@ def _check_address(value: Addr, op, spec, mods) -> str | None:
                     f"(name a state space such as .shared::cta, or convert it with cvta)")
     if isinstance(base, Symbol):
         err = _check_symbol_space(base, space)
-        return f"address {err}" if err else None
+        return f"operand '{op.name}': address {err}" if err else None
     return None
 
 

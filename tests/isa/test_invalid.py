@@ -6,8 +6,8 @@ import pytest
 
 from pkptx.errors import PTXBuildError, TargetError
 from pkptx.isa import (MAX_PTX, Kernel, Param, Vec, address, b16, b32, b64, bf16, f16, f16x2, f32, f64, pred,
-                       s32, s64, u8, u16, u32, u64)
-from tests.helpers.assemble import Sandbox
+                       ptx_type, s32, s64, u8, u16, u32, u64)
+from tests.helpers.assemble import Sandbox, assert_assembles
 from tests.helpers.errors import assembler_forbidden, build_error, caller_line
 
 
@@ -460,9 +460,14 @@ def test_immediates_that_do_not_fit_their_type(ty, value):
         b.add(ty, x, value)
 
 
-@pytest.mark.parametrize("ty, value", [("u32", 0xFFFFFFFF), ("u32", -1), ("s32", -(1 << 31)), ("u64", (1 << 64) - 1)])
+@pytest.mark.parametrize("ty, value", [("u32", 0xFFFFFFFF), ("u32", -1), ("s32", -(1 << 31)), ("u64", (1 << 64) - 1),
+                                       ("s64", -(1 << 63)), ("u16", 65535)])
 def test_immediates_at_the_edges_of_their_type(ty, value):
-    from pkptx.isa import Kernel
+    """The largest and smallest values each type takes are accepted, written in decimal as given, and
+    the assembler takes them too."""
     k = Kernel("imm_edge", [])
     b = k.builder()
     b.add(ty, b.mov(ty, 1), value)
+    b.ret()
+    assert f"\tadd.{ty} %{ptx_type(ty).reg_prefix}1, %{ptx_type(ty).reg_prefix}0, {value};" in k.render()
+    assert_assembles(k)
