@@ -182,8 +182,9 @@ def assemble(ptx: str | bytes, arch: str = "sm_90a", *, options: tuple[str, ...]
 class CompiledKernel:
     """A kernel ready to load: its cubin plus everything a launcher needs to know about it.
 
-    ``block`` is the required or maximum block shape the kernel declares (or None), ``cluster`` its
-    required cluster shape, ``dynamic_smem`` the dynamic shared memory in bytes it needs by default.
+    ``block`` is the required or maximum block shape the kernel declares (or None; ``required_block``
+    is it when exact), ``cluster`` its required cluster shape, ``dynamic_smem`` the dynamic shared
+    memory in bytes it needs by default.
     """
     entry: str
     params: tuple = field(repr=False)
@@ -200,6 +201,12 @@ class CompiledKernel:
     def resources(self) -> Resources:
         return self.cubin.resources
 
+    @property
+    def required_block(self) -> tuple[int, int, int] | None:
+        """The exact block shape the kernel assumes (``Kernel(req_threads=...)``, PTX ``.reqntid``), or
+        None when any block up to ``block`` will do: a launcher must refuse any other block."""
+        return self.block if self.block_exact else None
+
     def manifest(self) -> dict:
         """A JSON-ready description, so another runtime can load and launch the cubin without pkptx."""
         return {
@@ -210,6 +217,7 @@ class CompiledKernel:
                         "align": p.alignment, "pointer": p.pointer} for p in self.params],
             "block": list(self.block) if self.block else None,
             "block_exact": self.block_exact,
+            "required_block": list(self.required_block) if self.required_block else None,
             "cluster": list(self.cluster) if self.cluster else None,
             "dynamic_smem_bytes": self.dynamic_smem,
             "static_smem_bytes": self.resources.shared_bytes,

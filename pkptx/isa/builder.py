@@ -11,14 +11,14 @@ from contextlib import contextmanager
 
 from ..errors import PTXBuildError
 from .enums import spell
-from .instruction import Instruction, capture_origin
+from .instruction import Instruction, capture_origin, locate
 from .ops_arith import ArithOps
 from .ops_async import AsyncOps
 from .ops_data import DataOps
 from .ops_mma import MmaOps
 from .ops_sync import SyncOps
 from .types import PtxType, pred, ptx_type, u32
-from .validate import locate, lookup, validate
+from .validate import lookup, validate
 from .values import Imm, Label, NotPred, Reg, Vec
 
 

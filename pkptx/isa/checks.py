@@ -4,6 +4,8 @@ the table and the checks share. Cited sections are the PTX ISA 8.x manual's.
 """
 from __future__ import annotations
 
+from .values import Reg, Symbol, Vec
+
 INT = ("u16", "u32", "u64", "s16", "s32", "s64")
 INT32_64 = ("u32", "u64", "s32", "s64")
 BITS = ("b16", "b32", "b64")
@@ -37,6 +39,8 @@ def _scope_with_sem(mods, *_):
 def _vec_count(mods, ops, idx):
     want = {"v2": 2, "v4": 4, "v8": 8}.get(mods.get("vec"), 1)
     got = len(ops[idx]) if hasattr(ops[idx], "items") else 1
+    if not mods.get("vec") and hasattr(ops[idx], "items"):
+        return f"a brace vector in operand {idx} needs a vector width (.v2 .v4 ...); a scalar takes one register"
     if want != got:
         return f"'.{mods.get('vec', 'scalar')}' needs {want} register(s) in operand {idx}, got {got}"
     return None
@@ -105,6 +109,10 @@ def _check_cvt_flags(mods, dst: str, src: str):
             return f"'.sat' is not defined for conversions involving .{sorted(odd)[0]}"
         if dst[0] in "us" and src[0] in "us" and not _int_may_overflow(dst, src):
             return f"'.sat' is meaningless for .{src} -> .{dst} (the value always fits)"
+    for flag in ("relu", "satfinite"):
+        clash = [f for f in ("sat", "ftz") if mods.get(flag) and mods.get(f)]
+        if clash:
+            return f"'.{flag}' cannot be combined with '.{clash[0]}'"
     if mods.get("relu") and not (dst in _NARROW_FLOATS and src == "f32" and rnd in ("rn", "rz")):
         return "'.relu' is only legal converting .f32 to .f16/.bf16/.f16x2/.bf16x2/.tf32 with .rn or .rz"
     if mods.get("satfinite"):
@@ -195,9 +203,12 @@ FLOAT_RULES = {
 _FLAG_GROUPS = ("ftz", "sat", "nan", "cc")
 
 
-def arith(family: str):
-    """Modifier rules of add/sub/mul/mad/fma/min/max/abs/neg: floats by FLOAT_RULES; integers take a
-    .hi/.lo/.wide mode for mul/mad, .cc (32/64-bit) and .sat (.s32) for add/sub, .hi.sat.s32 for mad."""
+def arith(family: str, rules: str | None = None):
+    """Modifier rules of add/sub/mul/mad/fma/min/max/abs/neg: floats by FLOAT_RULES[rules or family]
+    (mul shares add's); integers take a .hi/.lo/.wide mode for mul/mad, .cc (32/64-bit) and .sat (.s32)
+    for add/sub, .hi.sat.s32 for mad. Messages name ``family``."""
+    rules = rules or ("add" if family == "mul" else family)
+
     def check(mods, types, ops):
         ty, rnd, mode = types[0], mods.get("rnd"), mods.get("mode")
         flags = {g for g in _FLAG_GROUPS if mods.get(g)}
@@ -209,7 +220,7 @@ def arith(family: str):
             if mode == "wide" and ty in ("u64", "s64"):
                 return ".wide is only legal on 16- and 32-bit integers"
             legal = set()
-            if family == "add":
+            if rules == "add" and family != "mul":
                 legal = ({"cc"} if ty in INT32_64 else set()) | ({"sat"} if ty == "s32" else set())
             if family == "mad" and ty == "s32" and mode == "hi":
                 legal = {"sat"}
@@ -222,7 +233,7 @@ def arith(family: str):
             return None
         if mode:
             return f"'.{mode}' is only legal on integer types, not .{ty}"
-        rule = FLOAT_RULES["add" if family == "mul" else family].get(ty)
+        rule = FLOAT_RULES[rules].get(ty)
         if rule is None:
             return f"{family} is not defined on .{ty}"
         rnds, required, legal = rule
@@ -238,23 +249,40 @@ def arith(family: str):
     return check
 
 
+def _one_mode(mods, groups):
+    """The one of ``groups`` (approx/full/rnd) that is set, or an error text when several are."""
+    given = [g for g in groups if mods.get(g)]
+    if len(given) > 1:
+        return None, f"'.{mods[given[0]]}' and '.{mods[given[1]]}' cannot be combined; give one"
+    return (mods[given[0]] if given else None), None
+
+
 def check_div(mods, types, ops):
-    ty, mode = types[0], mods.get("mode")
+    ty = types[0]
+    mode, err = _one_mode(mods, ("approx", "full", "rnd"))
+    if err:
+        return err
     if ty in INT and (mode or mods.get("ftz")):
         return f"integer div takes no modifiers, got .{mode or 'ftz'}"
     if ty == "f32" and not mode:
-        return "div.f32 needs one of .approx .full .rn .rz .rm .rp"
+        return "div.f32 needs approx=True, full=True or rnd= one of .rn .rz .rm .rp"
     if ty == "f64" and mode not in RND_F:
-        return "div.f64 needs one of .rn .rz .rm .rp"
+        return "div.f64 needs rnd= one of .rn .rz .rm .rp"
     if ty == "f64" and mods.get("ftz"):
         return "'.ftz' is only legal on div.f32"
     return None
 
 
 def special_fn(op: str):
-    """rcp/sqrt/rsqrt/ex2/lg2/sin/cos/tanh: which of .approx/.rnd and .ftz each type takes."""
+    """rcp/sqrt (approx=True or rnd=) and rsqrt/ex2/lg2/sin/cos/tanh (always .approx): .ftz per type."""
     def check(mods, types, ops):
-        ty, mode, ftz = types[0], mods["mode"], mods.get("ftz")
+        ty, ftz = types[0], mods.get("ftz")
+        mode, err = _one_mode(mods, ("approx", "rnd"))
+        if err:
+            return err
+        mode = mode or ("approx" if op not in ("rcp", "sqrt") else None)
+        if mode is None:
+            return f"{op}.{ty} needs approx=True or rnd= one of .rn .rz .rm .rp"
         if op == "tanh" and ftz:
             return "tanh.approx.f32 takes no .ftz"
         if ty == "f64" and op == "sqrt" and (mode == "approx" or ftz):
@@ -396,6 +424,11 @@ def check_multimem_red(mods, types, ops):
     return check_multimem(mods, types, ops)
 
 
+def b128_sys(mods, types) -> bool:
+    """A .b128 access at .sys scope (PTX 8.4; .b128 itself is 8.3)."""
+    return types[0] == "b128" and mods.get("scope") == "sys"
+
+
 def mixed_int_wgmma(mods, types) -> bool:
     return {types[1], types[2]} == {"s8", "u8"}
 
@@ -441,7 +474,7 @@ def check_wgmma(register_a: bool):
         transposable = atype in ("f16", "bf16")
         if not transposable and (ops.get("ta") is not None or ops.get("tb") is not None):
             return f"wgmma with .{atype} inputs takes no transpose operands"
-        if transposable and ops.get("tb") is None:
+        if transposable and (ops.get("tb") is None or not register_a and ops.get("ta") is None):
             return "wgmma with 16-bit inputs takes the transpose-B immediate (and transpose-A for descriptor A)"
         for name in ("sa", "sb"):
             if integer and ops.get(name) is not None:
@@ -454,18 +487,34 @@ def check_wgmma(register_a: bool):
     return check
 
 
-def check_setmaxnreg(mods, types, ops):
-    n = ops["n"].value
-    if not (24 <= n <= 256 and n % 8 == 0):
-        return f"setmaxnreg takes a multiple of 8 in 24..256, got {n}"
-    return None
-
-
 def check_matrix(mods, types, ops):
     want = int(mods["num"][1])
     data = ops.get("d") if "d" in ops else ops.get("b")
-    got = len(data) if hasattr(data, "items") else 1
-    return None if got == want else f".{mods['num']} moves {want} register(s), got {got}"
+    if not hasattr(data, "items"):
+        return f".{mods['num']} moves a brace vector of {want} .b32 register(s), got {data.render()}"
+    return None if len(data) == want else f".{mods['num']} moves {want} register(s), got {len(data)}"
+
+
+def check_mov(mods, types, ops):
+    """A symbol's address moves as a 32/64-bit integer; a brace vector of 2 or 4 packs into (or unpacks
+    from) a .b32/.b64/.b128 register and never stands on both sides."""
+    ty, d, a = types[0], ops["d"], ops["a"]
+    if isinstance(a, Symbol) and ty not in ("u32", "u64", "s32", "s64", "b32", "b64"):
+        return f"mov of the address of {a.name} needs a 32/64-bit integer type, not .{ty}"
+    vectors = [v for v in (d, a) if isinstance(v, Vec)]
+    if not vectors:
+        return None
+    if len(vectors) == 2 or ty not in ("b32", "b64", "b128"):
+        return f"pack/unpack mov takes one brace vector and a .b32/.b64/.b128 register, not .{ty}"
+    if len(vectors[0]) not in (2, 4):
+        return f"pack/unpack mov takes 2 or 4 registers in braces, got {len(vectors[0])}"
+    return None
+
+
+def check_cvta(mods, types, ops):
+    if mods.get("to") and not isinstance(ops["a"], Reg):
+        return f"cvta.to converts a generic address held in a register, not the symbol {ops['a'].render()}"
+    return None
 
 
 def check_vote(mods, types, ops):
@@ -480,21 +529,6 @@ def check_redux(mods, types, ops):
     if mods["op"] in ("add", "min", "max") and types[0] not in ("u32", "s32"):
         return f"redux.sync .{mods['op']} needs .u32 or .s32"
     return None
-
-
-def addr64(check=None):
-    """Wrap ``check`` with the rule that generic and .global addresses are 64-bit (``.address_size 64``):
-    a 32-bit register base only addresses a state space such as .shared (ptxas otherwise dies with a
-    line-less "32-Bit ABI is not supported")."""
-    def wrapped(mods, types, ops):
-        space = mods.get("space")
-        base = getattr(ops.get("addr"), "base", None)
-        if space in (None, "global") and getattr(base, "name", "").startswith("%") and base.type.bits == 32:
-            where = "a generic" if space is None else "a .global"
-            return (f"{where} address needs a 64-bit register; {base.name} is .{base.type} "
-                    f"(name a state space such as .shared::cta, or convert it with cvta)")
-        return check(mods, types, ops) if check else None
-    return wrapped
 
 
 def check_mbar_sem(mods, types, ops):

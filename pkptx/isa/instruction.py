@@ -6,6 +6,8 @@ import os
 import traceback
 from dataclasses import dataclass
 
+from ..errors import PTXBuildError
+
 _ISA_DIR = os.path.dirname(os.path.abspath(__file__))
 _PKG_DIR = os.path.dirname(_ISA_DIR)
 
@@ -41,7 +43,8 @@ def capture_origin() -> Origin | None:
         filename = frame.f_code.co_filename
         absname = os.path.abspath(filename)
         if site is None:
-            if absname.startswith(_ISA_DIR + os.sep):
+            generated = filename.startswith("<") and frame.f_code.co_name.startswith("__")   # dataclass __init__
+            if absname.startswith(_ISA_DIR + os.sep) or generated:
                 continue
             site = (filename, lineno, frame.f_code.co_name)
         if not absname.startswith(_PKG_DIR + os.sep) and not filename.startswith("<frozen"):
@@ -50,6 +53,15 @@ def capture_origin() -> Origin | None:
     if site is None:
         return None
     return Origin(site, user)
+
+
+def locate(exc: PTXBuildError) -> PTXBuildError:
+    """``exc`` with the user's ``file:line`` attached (the first frame outside pkptx/isa), unless it
+    already names one. Every error the ISA layer raises goes through here or through Builder.emit."""
+    if exc.origin is not None:
+        return exc
+    origin = capture_origin()
+    return type(exc)(exc.args[0], str(origin) if origin else None)
 
 
 @dataclass(frozen=True)

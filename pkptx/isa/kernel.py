@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..errors import PTXBuildError, TargetError
-from .instruction import Instruction
+from .instruction import Instruction, locate
+from . import declare
 from .names import NameScope
 from .types import REGISTER_TYPES
-from .validate import locate
 from .values import Param, Reg, Symbol
 
 MAX_PTX = (9, 0)          # the newest PTX ISA the GPU machine's driver accepts
@@ -29,19 +29,19 @@ class Kernel:
     def __init__(self, name: str, params=(), *, target: str | None = None, ptx_version=None,
                  max_threads=None, req_threads=None, min_blocks: int | None = None, max_regs: int | None = None,
                  cluster=None, dynamic_smem: int = 0):
-        if not name.isidentifier():
-            raise locate(PTXBuildError(f"kernel name {name!r} must be an identifier"))
+        self.name = declare.identifier(name, "kernel name")
         if target not in (None, "sm_90", "sm_90a"):
             raise locate(TargetError(f"target must be 'sm_90' or 'sm_90a', got {target!r}"))
-        self.name = name
-        self.params = tuple(p if isinstance(p, Param) else Param(*p) for p in params)
+        if not isinstance(params, (tuple, list)):
+            declare.fail(f"kernel {name}: params must be a list of Param or (name, type) pairs, got {params!r}")
+        self.params = tuple(_param(p) for p in params)
         seen = set()
         for p in self.params:
-            if p.name in seen or not p.name.isidentifier():
-                raise locate(PTXBuildError(f"parameter name {p.name!r} is repeated or not an identifier"))
+            if p.name in seen:
+                declare.fail(f"kernel {name}: parameter name {p.name!r} is repeated")
             seen.add(p.name)
         self.pinned_target = target
-        self.pinned_version = tuple(ptx_version) if ptx_version else None
+        self.pinned_version = declare.version(ptx_version)
         if self.pinned_version and self.pinned_version > MAX_PTX:
             raise locate(TargetError(f"ptx_version {self.pinned_version} is above {MAX_PTX}, the newest the "
                                      f"driver takes"))
@@ -49,10 +49,15 @@ class Kernel:
         if self.pinned_version and self.pinned_version < floor:
             raise locate(TargetError(f"ptx_version {self.pinned_version} cannot target {target or 'sm_90'}: "
                                      f"sm_90 needs PTX 7.8 or later, sm_90a 8.0 or later"))
-        self.max_threads = _dims(max_threads, "max_threads")
-        self.req_threads = _dims(req_threads, "req_threads")
-        self.cluster = _dims(cluster, "cluster")
-        self.min_blocks, self.max_regs, self.dynamic_smem = min_blocks, max_regs, dynamic_smem
+        self.max_threads = declare.dims(max_threads, "max_threads", most=declare.MAX_BLOCK_THREADS)
+        self.req_threads = declare.dims(req_threads, "req_threads", most=declare.MAX_BLOCK_THREADS)
+        self.cluster = declare.dims(cluster, "cluster", most=declare.MAX_CLUSTER, per_dim=(16, 16, 16))
+        if self.max_threads and self.req_threads and self.req_threads != self.max_threads:
+            declare.fail(f"req_threads={req_threads!r} and max_threads={max_threads!r} disagree; give one (an "
+                         f"exact block is also the most threads)")
+        self.min_blocks = None if min_blocks is None else declare.integer(min_blocks, "min_blocks", 1, 32)
+        self.max_regs = None if max_regs is None else declare.integer(max_regs, "max_regs", 1, 255)
+        self.dynamic_smem = declare.integer(dynamic_smem, "dynamic_smem", 0, declare.MAX_DYNAMIC_SMEM)
         self.names = NameScope()
         self.body: list[Instruction] = []
         self._instructions = 0
@@ -84,7 +89,8 @@ class Kernel:
     def _new_symbol(self, name: str, what: str) -> None:
         taken = {p.name for p in self.params} | {sym.name for sym, _, _ in self._shared}
         taken |= {self._dynamic[0].name} if self._dynamic else set()
-        if not name.isidentifier() or name in taken:
+        declare.identifier(name, what)
+        if name in taken:
             raise locate(PTXBuildError(f"{what} {name!r} must be an identifier not already used by a parameter "
                                        f"or shared variable ({', '.join(sorted(taken)) or 'none yet'})"))
 
@@ -136,13 +142,14 @@ class Kernel:
         self.version = max(self.version, version)
 
     def track(self, defs, uses, text: str) -> None:
+        for r in list(uses) + list(defs):
+            if self._regs.get(r.name) is not r:
+                raise PTXBuildError(f"{text}: register {r.name} was not declared by this kernel's builder "
+                                    f"(.{r.type}: a register of another kernel, or made by hand?)")
         for r in uses:
             if r.name not in self._defined:
                 raise PTXBuildError(f"{text}: register {r.name} (.{r.type}) is read before any instruction "
                                     f"writes it")
-        for r in defs:
-            if self._regs.get(r.name) != r:
-                raise PTXBuildError(f"{text}: register {r.name} was not declared by this kernel's builder")
         self._defined.update(r.name for r in defs)
 
     def defined_snapshot(self) -> frozenset:
@@ -250,10 +257,9 @@ class Kernel:
         return self._instructions
 
 
-def _dims(value, what):
-    if value is None:
-        return None
-    dims = (value,) if isinstance(value, int) else tuple(value)
-    if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
-        raise locate(PTXBuildError(f"{what} must be 1 to 3 positive ints, got {value!r}"))
-    return dims + (1,) * (3 - len(dims))
+def _param(p) -> Param:
+    if isinstance(p, Param):
+        return p
+    if isinstance(p, tuple) and len(p) == 2:
+        return Param(*p)
+    declare.fail(f"a kernel parameter is a Param or a (name, type) pair, got {p!r}")

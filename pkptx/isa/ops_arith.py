@@ -1,7 +1,7 @@
 """Builder methods for integer, floating-point, logic and comparison instructions (PTX ISA 9.7.1-9.7.8).
 
 Each method comes from a small factory over the spec table; flag modifiers are keyword arguments
-(``ftz=True``, ``sat=True``, ``rnd="rn"``, ``mode="wide"``).
+(``ftz=True``, ``sat=True``, ``rnd="rn"``, ``approx=True``); ``mode=`` is only .hi/.lo/.wide.
 """
 from __future__ import annotations
 
@@ -38,14 +38,15 @@ class ArithOps:
     mul = _nary("mul", 2, "``mul{.hi|.lo|.wide}{.rnd}.<ty> d, a, b`` (``mode='wide'`` gives a double-width d)")
     mad = _nary("mad", 3, "``mad{.hi|.lo|.wide}{.rnd}.<ty> d, a, b, c``")
     fma = _nary("fma", 3, "``fma.rnd{.ftz}{.sat}.<ty> d, a, b, c``")
-    div = _nary("div", 2, "``div{.approx|.full|.rnd}.<ty> d, a, b``")
+    div = _nary("div", 2, "``div{.approx|.full|.rnd}{.ftz}.<ty> d, a, b`` (``approx=True``, ``full=True``, "
+                          "``rnd='rn'``)")
     rem = _nary("rem", 2, "``rem.<ty> d, a, b``")
     abs = _nary("abs", 1, "``abs{.ftz}.<ty> d, a``")
     neg = _nary("neg", 1, "``neg{.ftz}.<ty> d, a``")
     min = _nary("min", 2, "``min{.ftz}{.NaN}.<ty> d, a, b``")
     max = _nary("max", 2, "``max{.ftz}{.NaN}.<ty> d, a, b``")
-    rcp = _nary("rcp", 1, "``rcp.mode{.ftz}.<ty> d, a``")
-    sqrt = _nary("sqrt", 1, "``sqrt.mode{.ftz}.<ty> d, a``")
+    rcp = _nary("rcp", 1, "``rcp{.approx|.rnd}{.ftz}.<ty> d, a`` (``approx=True`` or ``rnd='rn'``)")
+    sqrt = _nary("sqrt", 1, "``sqrt{.approx|.rnd}{.ftz}.<ty> d, a`` (``approx=True`` or ``rnd='rn'``)")
     rsqrt = _nary("rsqrt", 1, "``rsqrt.approx{.ftz}.<ty> d, a``")
     ex2 = _nary("ex2", 1, "``ex2.approx{.ftz}.f32 d, a``")
     lg2 = _nary("lg2", 1, "``lg2.approx{.ftz}.f32 d, a``")

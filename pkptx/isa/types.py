@@ -66,6 +66,10 @@ def ptx_type(name: str | PtxType) -> PtxType:
     """The singleton for ``name`` ("u32", ".u32" or a PtxType)."""
     if isinstance(name, PtxType):
         return name
+    if not isinstance(name, str):
+        from ..errors import PTXBuildError
+        raise PTXBuildError(f"a PTX type is a name such as 'u32' or a PtxType (pkptx.isa.u32), got "
+                            f"{type(name).__name__} {name!r}")
     key = name.lstrip(".")
     if key not in ALL_TYPES:
         from ..errors import PTXBuildError

@@ -6,9 +6,9 @@ user's source line.
 from __future__ import annotations
 
 import difflib
+import math
 
 from ..errors import PTXBuildError
-from .instruction import capture_origin
 from .spec import SPECS, Spec
 from .types import PtxType, compatible, pred, ptx_type
 from .values import Addr, Imm, NotPred, Pipe, Reg, Sink, Special, Symbol, TensorRef, Vec, Label
@@ -18,15 +18,6 @@ _KIND = {Reg: "R", NotPred: "R", Imm: "I", Addr: "A", Vec: "V", Special: "S", Sy
 _KIND_NAMES = {"R": "register", "I": "immediate", "A": "address [..]", "V": "brace vector {..}",
                "S": "special register", "Y": "symbol", "L": "label", "M": "tensor reference [tmap, {..}]",
                "K": "pipe pair d|p", "N": "sink _"}
-
-
-def locate(exc: PTXBuildError) -> PTXBuildError:
-    """``exc`` with the user's ``file:line`` attached (the first frame outside pkptx/isa), unless it
-    already names one. Every error the ISA layer raises goes through here or through Builder.emit."""
-    if exc.origin is not None:
-        return exc
-    origin = capture_origin()
-    return type(exc)(exc.args[0], str(origin) if origin else None)
 
 
 def lookup(key: str) -> Spec:
@@ -53,7 +44,7 @@ def _slot_type(spec, types, rule: str) -> PtxType | None:
     return ptx_type(rule)
 
 
-def _check_typed(value, rule: str, spec, mods, types) -> str | None:
+def _check_typed(value, rule: str, spec, mods, types, no_float: bool = False) -> str | None:
     """Whether one register/immediate/special fits the operand's type rule."""
     slot = _slot_type(spec, types, rule)
     if slot is None:
@@ -61,6 +52,8 @@ def _check_typed(value, rule: str, spec, mods, types) -> str | None:
     if isinstance(value, Sink):
         return None
     if isinstance(value, Imm):
+        if slot.kind == "f" and slot.bits in (32, 64):
+            return _float_fits(value.value, slot)
         if slot.name in ("f16", "bf16", "f16x2", "bf16x2"):
             return (f"a .{slot} operand cannot be an immediate ({value.value}); put the bits in a register "
                     f"first, e.g. b.mov({slot}, 0x3C00)")
@@ -86,9 +79,68 @@ def _check_typed(value, rule: str, spec, mods, types) -> str | None:
             return None
         if slot.kind == "f" and slot.bits == 8 and ty.kind == "b":
             return None
+    if no_float and ty.is_float:
+        return f"register {value.render()} is .{ty}; this operand takes an integer or bit register (.{slot})"
     if compatible(slot, ty):
         return None
     return f"register {value.render()} is .{ty} but the operand needs .{slot} (or a compatible type)"
+
+
+_F32_MAX = 3.4028234663852886e38
+
+
+def _float_fits(value, slot: PtxType) -> str | None:
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return f"immediate {value} does not fit .{slot}"
+    if slot.bits == 32 and math.isfinite(as_float) and abs(as_float) > _F32_MAX:
+        return f"immediate {value} does not fit .f32 (largest finite value {_F32_MAX:.7g}); use .f64 or inf"
+    return None
+
+
+def _space(spec, op, mods) -> str | None:
+    """The state space of an address or symbol operand: fixed by the stem (``@space`` in the table),
+    else the row's ``space`` modifier; None is a generic address."""
+    return op.space or (mods.get("space") if "space" in spec.groups else None)
+
+
+def _check_symbol_space(sym: Symbol, space: str | None) -> str | None:
+    fits = space == "param" if sym.space == "param" else \
+        (space is None or space.startswith("shared")) if sym.space == "shared" else True
+    if fits:
+        return None
+    want = ".param" if sym.space == "param" else "a .shared space (or none, generic)"
+    return (f"[{sym.name}] is a .{sym.space} variable, so the instruction needs {want}, "
+            f"not {'.' + space if space else 'a generic access'}")
+
+
+def _check_address(value: Addr, op, spec, mods) -> str | None:
+    space, base = _space(spec, op, mods), value.base
+    if base is None and space != "local":
+        return (f"operand '{op.name}': an absolute address [{value.offset}] is only legal in .local (ptxas "
+                f"allows immediate addresses in no other state space); use a register or symbol base")
+    if isinstance(base, Reg):
+        if base.type.bits not in (32, 64) or base.type.is_float:
+            return f"address base {base.name} must be a 32- or 64-bit integer register, not .{base.type}"
+        if base.type.bits == 32 and space in (None, "global"):
+            where = "a generic" if space is None else "a .global"
+            return (f"{where} address needs a 64-bit register; {base.name} is .{base.type} "
+                    f"(name a state space such as .shared::cta, or convert it with cvta)")
+    if isinstance(base, Symbol):
+        err = _check_symbol_space(base, space)
+        return f"operand '{op.name}': address {err}" if err else None
+    return None
+
+
+def _check_limits(value, op) -> str | None:
+    lo, hi, multiple = op.limits
+    v = value.value
+    if isinstance(v, int) and v >= lo and (hi is None or v <= hi) and v % multiple == 0:
+        return None
+    span = f"{lo}..{hi}" if hi is not None else f"{lo} or more"
+    step = f", a multiple of {multiple}" if multiple > 1 else ""
+    return f"operand '{op.name}' must be an integer in {span}{step}, got {v!r}"
 
 
 def _flatten(value):
@@ -121,18 +173,7 @@ def _check_operand(value, op, spec, mods, types) -> str | None:
         legal = " or ".join(_KIND_NAMES[k] for k in op.kinds)
         return f"operand '{op.name}' must be a {legal}, got {type(value).__name__} {value!r}"
     if kind == "A":
-        base = value.base
-        if isinstance(base, Reg) and (base.type.bits not in (32, 64) or base.type.is_float):
-            return f"address base {base.name} must be a 32- or 64-bit integer register, not .{base.type}"
-        if isinstance(base, Symbol) and "space" in spec.groups:
-            space = mods.get("space")
-            fits = space == "param" if base.space == "param" else \
-                (space is None or space.startswith("shared")) if base.space == "shared" else True
-            if not fits:
-                want = ".param" if base.space == "param" else "a .shared space (or none, generic)"
-                return (f"address [{base.name}] is a .{base.space} variable, so the instruction needs {want}, "
-                        f"not {'.' + space if space else 'a generic access'}")
-        return None
+        return _check_address(value, op, spec, mods)
     if kind == "M":
         tmap = value.tmap
         if not isinstance(tmap, Reg) or tmap.type.bits != 64:
@@ -142,8 +183,15 @@ def _check_operand(value, op, spec, mods, types) -> str | None:
             if not isinstance(c, (Reg, Imm)) or (isinstance(c, Reg) and c.type.bits != 32):
                 return f"tensor coordinates must be 32-bit registers or immediates, got {c!r}"
         return None
+    if kind == "Y" and (op.space or "space" in spec.groups):
+        err = _check_symbol_space(value, _space(spec, op, mods))
+        return f"operand '{op.name}': symbol {err}" if err else None
     if kind in ("L", "Y"):
         return None
+    if kind == "I" and op.limits:
+        err = _check_limits(value, op)
+        if err:
+            return err
     if kind == "K":
         if value.second.type is not pred:
             return "the second half of d|p must be a predicate"
@@ -157,7 +205,7 @@ def _check_operand(value, op, spec, mods, types) -> str | None:
         return None
     for item in _flatten(value):
         if isinstance(item, (Reg, NotPred, Imm, Special, Sink)):
-            err = _check_typed(item, op.rule, spec, mods, types)
+            err = _check_typed(item, op.rule, spec, mods, types, op.no_float)
             if err:
                 return f"operand '{op.name}': {err}"
         else:

@@ -104,8 +104,7 @@ class Addr:
             return f"[{self.offset}]"
         if self.offset == 0:
             return f"[{self.base.render()}]"
-        sign = "+" if self.offset > 0 else "-"
-        return f"[{self.base.render()}{sign}{abs(self.offset)}]"
+        return f"[{self.base.render()}+{self.offset}]"     # ptxas parses [%r+-8], not [%r-8]
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,14 @@ class Param:
     symbol: Symbol = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "type", ptx_type(self.type))
+        from . import declare
+        what = f"Param({self.name!r})"
+        declare.identifier(self.name, "parameter name")
+        object.__setattr__(self, "type", declare.param_type(self.type, what))
+        declare.integer(self.count, f"{what}: count", 1)
+        declare.alignment(self.align, what)
+        if self.pointer:
+            declare.pointer(self.type, self.count, what)
         object.__setattr__(self, "symbol", Symbol(self.name, "param", self.type))
 
     @property

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import PTXBuildError
 from ..isa import Builder, Param, Reg, Vec, address, b16, b32, u32, u64
+from ..isa.instruction import locate
 
 TMAP_BYTES = 128
 UNIT_ACCESS = {16: (b32, 4), 8: (b32, 2), 4: (b32, 1), 2: (b16, 1)}   # bytes -> (word type, words)
@@ -108,7 +109,7 @@ def unit_access(width: int):
     """(word type, word count) that moves one ``width``-byte unit: 16 -> ``.v4.b32``, 8 -> ``.v2.b32``,
     4 -> ``.b32``, 2 -> ``.b16``."""
     if width not in UNIT_ACCESS:
-        raise PTXBuildError(f"unit width must be one of {sorted(UNIT_ACCESS)} bytes, got {width!r}")
+        raise locate(PTXBuildError(f"unit width must be one of {sorted(UNIT_ACCESS)} bytes, got {width!r}"))
     return UNIT_ACCESS[width]
 
 
@@ -125,5 +126,5 @@ def store_unit(b: Builder, addr: Reg, words: list[Reg], width: int) -> None:
     caller's release (a barrier after ``bar.sync``) publishes it."""
     ty, count = unit_access(width)
     if len(words) != count:
-        raise PTXBuildError(f"store_unit: a {width}-byte unit is {count} word(s), got {len(words)}")
+        raise locate(PTXBuildError(f"store_unit: a {width}-byte unit is {count} word(s), got {len(words)}"))
     b.st(ty, address(addr), Vec(tuple(words)) if count > 1 else words[0], space="global")

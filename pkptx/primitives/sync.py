@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import PTXBuildError
 from ..isa import Builder, Param, Reg, Sem, address, s32, u32, u64
+from ..isa.instruction import locate
 from .layout import BoundLayout
 
 STATUS_WORDS = 8          # status, rank, flag id, expected, observed, block, 2 spare
@@ -59,8 +60,9 @@ def signal(b: Builder, flag_addr, value, *, sem: Sem, scope) -> None:
     flag. TMA writes are the caller's to complete first: :func:`publish_async_writes`.
     """
     if sem not in (Sem.RELEASE, Sem.RELAXED) or scope is None:
-        raise PTXBuildError(f"signal: sem must be Sem.RELEASE (or Sem.RELAXED after your own fence) with a "
-                            f"scope, got sem={sem!r}, scope={scope!r}: a signal without release publishes nothing")
+        raise locate(PTXBuildError(f"signal: sem must be Sem.RELEASE (or Sem.RELAXED after your own fence) "
+                                   f"with a scope, got sem={sem!r}, scope={scope!r}: a signal without release "
+                                   f"publishes nothing"))
     b.red("add", u32, address(flag_addr), value, sem=sem, scope=scope, space="global")
 
 
@@ -111,8 +113,9 @@ def wait(b: Builder, flag_addr, expected, *, sem: Sem, scope, deadline: Deadline
     Returns the observed value.
     """
     if sem not in (Sem.ACQUIRE, Sem.RELAXED) or scope is None:
-        raise PTXBuildError(f"wait: sem must be Sem.ACQUIRE or Sem.RELAXED with a scope, got sem={sem!r}, "
-                            f"scope={scope!r}: a weak poll orders nothing and may be hoisted out of the loop")
+        raise locate(PTXBuildError(f"wait: sem must be Sem.ACQUIRE or Sem.RELAXED with a scope, got "
+                                   f"sem={sem!r}, scope={scope!r}: a weak poll orders nothing and may be "
+                                   f"hoisted out of the loop"))
     seen = b.reg(u32, "seen")
     with b.loop("wait_flag") as lp:
         b.ld(u32, address(flag_addr), space="global", sem=sem, scope=scope, into=seen)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import PTXBuildError
 from ..isa import Builder, Imm, Reg, Vec, address, b16, b32, bf16, bf16x2, f16, f16x2, f32, ptx_type, u64
+from ..isa.instruction import locate
 from .layout import BoundLayout
 from .p2p import load_unit, store_unit
 
@@ -21,7 +22,7 @@ _PAIR = {"bf16": bf16x2, "f16": f16x2}
 def _op(op) -> str:
     key = str(getattr(op, "value", op))
     if key not in _OPS:
-        raise PTXBuildError(f"reduce op must be one of sum/max/min, got {op!r}")
+        raise locate(PTXBuildError(f"reduce op must be one of sum/max/min, got {op!r}"))
     return _OPS[key]
 
 
@@ -64,7 +65,7 @@ def unicast_reduce(b: Builder, data: BoundLayout, offset: Reg, *, ty, op, world:
     dst, dst_offset = dst or data, offset if dst_offset is None else dst_offset
     ty, kind = ptx_type(ty), _op(op)
     if width < ty.bits // 8:
-        raise PTXBuildError(f"unicast_reduce: a {width}-byte unit cannot hold a .{ty.name} value")
+        raise locate(PTXBuildError(f"unicast_reduce: a {width}-byte unit cannot hold a .{ty.name} value"))
     acc = [b.mov(f32, Imm(_IDENTITY[kind], f32), name="acc") for _ in range(8 * width // ty.bits)]
     for r in b.range(0, world, name="src"):
         words = load_unit(b, b.add(u64, data.peer(b, r), offset), width, name="w")
@@ -109,7 +110,7 @@ def reduce_vector(b: Builder, data: BoundLayout, offset: Reg, *, ty, op, world: 
     multimem when ``multicast``, the unit is 16 bytes and the switch can do the op (it has no f32
     min/max), else the unicast fallback."""
     if not isinstance(ty, (str, type(f32))) or ptx_type(ty) not in (bf16, f16, f32):
-        raise PTXBuildError(f"reduce_vector: ty must be bf16, f16 or f32, got {ty!r}")
+        raise locate(PTXBuildError(f"reduce_vector: ty must be bf16, f16 or f32, got {ty!r}"))
     if multicast and width == 16 and not (ptx_type(ty) is f32 and _op(op) != "add"):
         return multimem_reduce(b, data, offset, ty=ty, op=op, rank=rank, write_all=write_all, dst=dst,
                                dst_offset=dst_offset)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import PTXBuildError
 from ..isa import Builder, Reg, Vec, b32, b64, u32
+from ..isa.instruction import locate
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3, 0: 0}
 
@@ -17,7 +18,7 @@ SWIZZLE_MODE = {128: 1, 64: 2, 32: 3, 0: 0}
 def desc_high(*, stride_bytes: int, swizzle: int) -> int:
     """The constant upper 32 bits: stride offset and swizzle mode."""
     if swizzle not in SWIZZLE_MODE:
-        raise PTXBuildError(f"swizzle must be one of {sorted(SWIZZLE_MODE)}, got {swizzle}")
+        raise locate(PTXBuildError(f"swizzle must be one of {sorted(SWIZZLE_MODE)}, got {swizzle}"))
     return (stride_bytes >> 4) | (SWIZZLE_MODE[swizzle] << 30)
 
 
@@ -39,7 +40,7 @@ def advance(b: Builder, desc: Reg, byte_offset: int, *, name: str = "desc_k") ->
     address field is the low bits, so a 64-bit add of ``byte_offset >> 4`` moves it (no carry out of
     14 bits while the tile stays inside shared memory)."""
     if byte_offset % 16:
-        raise PTXBuildError(f"descriptor offsets are multiples of 16 bytes, got {byte_offset}")
+        raise locate(PTXBuildError(f"descriptor offsets are multiples of 16 bytes, got {byte_offset}"))
     if byte_offset == 0:
         return desc
     return b.add("u64", desc, byte_offset >> 4, name=name)

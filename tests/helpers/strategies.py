@@ -100,13 +100,13 @@ def _float_ops(ty):
         "max": lambda b, p, a, c, d: b.max(ty, _src(p, ty, a), _src(p, ty, c)),
         "abs": lambda b, p, a, c, d: b.abs(ty, p.pick(ty, a[1])),
         "neg": lambda b, p, a, c, d: b.neg(ty, p.pick(ty, a[1])),
-        "div": lambda b, p, a, c, d: b.div(ty, _src(p, ty, a), _src(p, ty, c), mode="rn"),
-        "sqrt": lambda b, p, a, c, d: b.sqrt(ty, p.pick(ty, a[1]), mode="rn"),
+        "div": lambda b, p, a, c, d: b.div(ty, _src(p, ty, a), _src(p, ty, c), rnd="rn"),
+        "sqrt": lambda b, p, a, c, d: b.sqrt(ty, p.pick(ty, a[1]), rnd="rn"),
         "setp": lambda b, p, a, c, d: b.setp(("lt", "geu", "nan")[d[1] % 3], ty, _src(p, ty, a), _src(p, ty, c)),
         "selp": lambda b, p, a, c, d: b.selp(ty, _src(p, ty, a), _src(p, ty, c), p.pick(pred, d[1])),
     }
     if ty is f32:
-        ops["ex2"] = lambda b, p, a, c, d: b.ex2(ty, p.pick(ty, a[1]), mode="approx", ftz=bool(c[1] % 2))
+        ops["ex2"] = lambda b, p, a, c, d: b.ex2(ty, p.pick(ty, a[1]), ftz=bool(c[1] % 2))
         ops["cvt.f64"] = lambda b, p, a, c, d: b.cvt(f64, f32, p.pick(ty, a[1]))
         ops["cvt.s32"] = lambda b, p, a, c, d: b.cvt(s32, f32, p.pick(ty, a[1]), rnd="rzi")
         ops["cvt.f16"] = lambda b, p, a, c, d: b.cvt(f16, f32, p.pick(ty, a[1]), rnd="rn")

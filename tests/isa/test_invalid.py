@@ -6,8 +6,8 @@ import pytest
 
 from pkptx.errors import PTXBuildError, TargetError
 from pkptx.isa import (MAX_PTX, Kernel, Param, Vec, address, b16, b32, b64, bf16, f16, f16x2, f32, f64, pred,
-                       s32, s64, u8, u16, u32, u64)
-from tests.helpers.assemble import Sandbox
+                       ptx_type, s32, s64, u8, u16, u32, u64)
+from tests.helpers.assemble import Sandbox, assert_assembles
 from tests.helpers.errors import assembler_forbidden, build_error, caller_line
 
 
@@ -237,7 +237,7 @@ def test_wgmma_bad_n(sb):
 
 def test_setmaxnreg_range(sb):
     k = Sandbox(target="sm_90a")
-    with build_error("setmaxnreg takes a multiple of 8 in 24..256, got 20"):
+    with build_error("setmaxnreg", "'n' must be an integer in 24..256, a multiple of 8, got 20"):
         k.b.setmaxnreg("dec", 20)
 
 
@@ -441,7 +441,7 @@ def test_shared_names_are_unique_identifiers(sb):
         sb.k.shared("buf", 64)
     with build_error("shared variable 'n' must be an identifier"):
         sb.k.shared("n", 64)
-    with build_error("shared variable 'a-b' must be an identifier"):
+    with build_error("shared variable 'a-b' is not a PTX identifier"):
         sb.k.shared("a-b", 64)
 
 
@@ -460,9 +460,14 @@ def test_immediates_that_do_not_fit_their_type(ty, value):
         b.add(ty, x, value)
 
 
-@pytest.mark.parametrize("ty, value", [("u32", 0xFFFFFFFF), ("u32", -1), ("s32", -(1 << 31)), ("u64", (1 << 64) - 1)])
+@pytest.mark.parametrize("ty, value", [("u32", 0xFFFFFFFF), ("u32", -1), ("s32", -(1 << 31)), ("u64", (1 << 64) - 1),
+                                       ("s64", -(1 << 63)), ("u16", 65535)])
 def test_immediates_at_the_edges_of_their_type(ty, value):
-    from pkptx.isa import Kernel
+    """The largest and smallest values each type takes are accepted, written in decimal as given, and
+    the assembler takes them too."""
     k = Kernel("imm_edge", [])
     b = k.builder()
     b.add(ty, b.mov(ty, 1), value)
+    b.ret()
+    assert f"\tadd.{ty} %{ptx_type(ty).reg_prefix}1, %{ptx_type(ty).reg_prefix}0, {value};" in k.render()
+    assert_assembles(k)

@@ -2,7 +2,10 @@
 
 The forms live in ``tests/helpers/forms.py``, one group per PTX-ISA area; each group is one kernel, so
 an AssemblyError names the form's line there. Groups that use no sm_90a-only row are assembled for
-both sm_90 and sm_90a.
+both sm_90 and sm_90a. A group's ``.version`` is the highest its forms need, so a group can hide a
+form whose own floor is too low: tests/isa/test_version_floors.py assembles every form at exactly its
+own version. Here the other side is checked: one PTX version below a group's, ptxas refuses it, so no
+version the builder computes is higher than some form needs.
 """
 from __future__ import annotations
 
@@ -10,13 +13,18 @@ import itertools
 
 import pytest
 
-from pkptx.errors import PTXBuildError
+from pkptx.errors import AssemblyError, PTXBuildError
 from pkptx.isa import MAX_PTX, SPECS, u32
+from pkptx.isa.kernel import SM90_FLOOR, SM90A_FLOOR
+from pkptx.toolchain import assemble
 from tests.helpers.assemble import Sandbox, assert_assembles
 from tests.helpers.forms import GROUPS, built, emitted_keys
 from tests.helpers.forms_memory import ordering_forms, space_address
 
 GROUP_ARCHS = [(name, arch) for name, group in GROUPS.items() for arch in group.archs]
+
+
+PTX_VERSIONS = [(7, 8), (8, 0), (8, 1), (8, 2), (8, 3), (8, 4), (8, 5), (8, 6), (8, 7), (8, 8), (9, 0)]
 
 
 @pytest.mark.parametrize("name,arch", GROUP_ARCHS, ids=[f"{n}-{a}" for n, a in GROUP_ARCHS])
@@ -25,6 +33,12 @@ def test_forms_assemble(name, arch):
     assert kernel.target == arch
     compiled = assert_assembles(kernel)
     assert compiled.cubin.data and compiled.arch == arch
+    version = kernel.ptx_version
+    if version > (SM90A_FLOOR if arch == "sm_90a" else SM90_FLOOR):
+        lower = PTX_VERSIONS[PTX_VERSIONS.index(version) - 1]
+        ptx = kernel.render().replace(f".version {version[0]}.{version[1]}", f".version {lower[0]}.{lower[1]}", 1)
+        with pytest.raises(AssemblyError, match=r"requires PTX ISA \.version"):
+            assemble(ptx, arch, use_cache=False)
 
 
 def test_every_spec_row_is_covered():
