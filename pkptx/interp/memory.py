@@ -103,12 +103,12 @@ class AddressSpace:
 
     def locate(self, addrs: np.ndarray, size: int, describe) -> list[tuple[Allocation, np.ndarray, np.ndarray]]:
         """Group lanes by allocation: [(allocation, lane indices, byte offsets)]. Raises MemoryFault
-        (message from ``describe(text)``) for an address outside every allocation, an access running
+        (message from ``describe(text, index of the lane)``) for an address outside every allocation, an access running
         past its end, or one not aligned to ``size``."""
         addrs = addrs.astype(np.uint64, copy=False)
         if size > 1 and np.any(addrs % np.uint64(min(size, 16))):
-            bad = addrs[addrs % np.uint64(min(size, 16)) != 0][0]
-            raise MemoryFault(describe(f"misaligned {size}-byte {self.space} access at {int(bad):#x}"))
+            i = int(np.nonzero(addrs % np.uint64(min(size, 16)))[0][0])
+            raise MemoryFault(describe(f"misaligned {size}-byte {self.space} access at {int(addrs[i]):#x}", i))
         idx = np.searchsorted(self._bases_np, addrs, side="right").astype(np.int64) - 1
         first = idx[0]
         if first >= 0 and np.all(idx == first):
@@ -122,8 +122,8 @@ class AddressSpace:
             a = self.allocations[i] if i >= 0 else None
             off = (addrs[lanes] - np.uint64(a.base)).astype(np.int64) if a is not None else None
             if a is None or off.max() + size > a.nbytes:
-                bad = int(addrs[lanes[0]]) if a is None else int(addrs[lanes[int(np.argmax(off))]])
-                raise MemoryFault(describe(self._fault_text(bad, size)))
+                i = int(lanes[0] if a is None else lanes[int(np.argmax(off))])
+                raise MemoryFault(describe(self._fault_text(int(addrs[i]), size), i))
             out.append((a, lanes, off))
         return out
 
@@ -146,7 +146,7 @@ class AddressSpace:
                 from .errors import UninitializedRead
                 lane = lanes[int(np.argmin(a.written[where].all(axis=1)))]
                 raise UninitializedRead(describe(f"read of never-written {self.space} memory at "
-                                                 f"{int(addrs[lane]):#x} in {a!r}"))
+                                                 f"{int(addrs[lane]):#x} in {a!r}", int(lane)))
         return out
 
     def store(self, addrs: np.ndarray, data: np.ndarray, describe) -> None:

@@ -34,7 +34,8 @@ def access(w, op, space, addrs, size, mask, *, write=None):
     mem, addrs = spaces(w, space, addrs[lanes])
     if space == "shared::cta" or (space == "shared" and mem is w.cta.cluster.shared):
         w.cta.check_own_window(w, addrs, size)
-    describe = w.describe
+    def describe(text, i=None):
+        return w.describe(text, None if i is None else int(lanes[i]))
     checker = w.machine.checker
     if checker is not None:
         checker.access(w, op, mem, addrs, size, lanes, write is not None)

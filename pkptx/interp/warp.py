@@ -71,8 +71,12 @@ class Warp:
         return (f"rank {self.launch.rank} block {self.cta.ctaid} warp {self.index} lanes {shown}: "
                 f"{op.text} ({op.origin})")
 
-    def describe(self, text: str) -> str:
-        return f"{text}\n  at {self.location()}"
+    def describe(self, text: str, lane: int | None = None) -> str:
+        lanes = None
+        if lane is not None:
+            lanes = np.zeros(LANES, bool)
+            lanes[lane] = True
+        return f"{text}\n  at {self.location(lanes=lanes)}"
 
     def error(self, cls, text: str, lanes=None):
         return cls(text, self.location(lanes=lanes))
