@@ -256,6 +256,27 @@ class Kernel:
     def instruction_count(self) -> int:
         return self._instructions
 
+    # ------------------------------------------------------------ read-only views (for pkptx.interp)
+    @property
+    def registers(self) -> dict[str, Reg]:
+        """Every declared register by name."""
+        return dict(self._regs)
+
+    @property
+    def shared_symbols(self) -> tuple:
+        """The static shared variables as (Symbol, nbytes, align), in declaration order."""
+        return tuple(self._shared)
+
+    @property
+    def dynamic_symbol(self) -> tuple | None:
+        """The dynamic shared window as (Symbol, align), or None."""
+        return self._dynamic
+
+    def interpret(self, grid, block, *args, smem: int | None = None, cluster=None, **options):
+        """Run the kernel on the CPU (:func:`pkptx.interp.run`); returns the interpreter's Run."""
+        from ..interp import run
+        return run(self, grid, block, *args, smem=smem, cluster=cluster, **options)
+
 
 def _param(p) -> Param:
     if isinstance(p, Param):

@@ -1,0 +1,2 @@
+"""wgmma: filled in below."""
+TABLE = {}
