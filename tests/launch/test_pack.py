@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pkptx.errors import LaunchError
+from pkptx.errors import LaunchError, PTXBuildError
 from pkptx.isa import types as T
 from pkptx.isa.values import Param
 from pkptx.launch import DeviceArray, Packer, TensorMap, describe_tiled
@@ -164,5 +164,5 @@ def test_threads_get_their_own_buffers():
 
 
 def test_pred_param_rejected_at_construction():
-    with pytest.raises(LaunchError, match="cannot be a kernel parameter"):
+    with pytest.raises(PTXBuildError, match="a kernel parameter cannot be .pred"):     # by Param itself
         Packer([Param("p", T.pred)], "k")
