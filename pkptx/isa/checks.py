@@ -4,7 +4,7 @@ the table and the checks share. Cited sections are the PTX ISA 8.x manual's.
 """
 from __future__ import annotations
 
-from .values import Reg, Symbol, Vec
+from .values import Reg, Special, Symbol, Vec
 
 INT = ("u16", "u32", "u64", "s16", "s32", "s64")
 INT32_64 = ("u32", "u64", "s32", "s64")
@@ -46,10 +46,18 @@ def _vec_count(mods, ops, idx):
     return None
 
 
+def _shared_symbol(ops, name="addr"):
+    base = getattr(ops.get(name), "base", None)
+    return base if isinstance(base, Symbol) and base.space == "shared" else None
+
+
 def hint_needs_policy(mods, ops, policy_name="policy"):
     has_policy = ops.get(policy_name) is not None
     if bool(mods.get("hint")) != has_policy:
         return "'.L2::cache_hint' and a 64-bit cache-policy operand go together"
+    if mods.get("hint") and _shared_symbol(ops):
+        return (f"'.L2::cache_hint' on the .shared variable {_shared_symbol(ops).name} means nothing (shared "
+                f"memory is not cached in L2), and ptxas dies on it (internal error C7907)")
     return None
 
 
@@ -129,6 +137,8 @@ def check_cvt(mods, types, ops):
     if err:
         return err
     dst_f, src_f = dst[0] in "fbt" and dst not in BITS, src[0] in "fbt" and src not in BITS
+    if isinstance(ops["a"], Special) and dst_f:
+        return f"cvt to .{dst} cannot read the special register {ops['a'].name} directly; mov it to a register first"
     rnd = mods.get("rnd")
     width = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "tf32": 32, "f16x2": 32, "bf16x2": 32}
     if dst.endswith("x2"):
@@ -178,6 +188,11 @@ def check_createpolicy(mods, types, ops):
 
 def check_prefetch(mods, types, ops):
     level, space = mods["level"], mods.get("space")
+    if _shared_symbol(ops):
+        return (f"prefetch of the .shared variable {_shared_symbol(ops).name} (a generic address of shared "
+                f"memory) is meaningless, and ptxas dies on it (internal error C7907); prefetch global or local data")
+    if ops["addr"].base is None:
+        return "prefetch takes a register or symbol address; ptxas dies on an absolute one (internal error C7907)"
     if level == "tensormap" and space not in (None, "const", "param"):
         return f"prefetch.tensormap takes a generic, .const or .param address, not .{space}"
     if level != "tensormap" and space in ("const", "param"):

@@ -20,7 +20,10 @@ MAX_BLOCK_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_CLUSTER = 16
 MAX_DYNAMIC_SMEM = 227 * 1024
-PARAM_TYPES = ("b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "f16", "f32", "f64")
+# .bf16, .f16x2 and .bf16x2 are declared as their bit types (ptxas takes no .param of them); the packer
+# still knows them as floats.
+PARAM_TYPES = ("b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "f16", "f32", "f64",
+               "bf16", "f16x2", "bf16x2")
 # ASCII PTX identifiers without the $ and % forms: a letter then letters, digits, _; or _ and at least one more.
 _IDENTIFIER = re.compile(r"(?:[A-Za-z][A-Za-z0-9_]*|_[A-Za-z0-9_]+)\Z")
 

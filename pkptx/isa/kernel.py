@@ -180,12 +180,20 @@ class Kernel:
         return self.pinned_version or max(self.version, floor)
 
     def finish_checks(self) -> None:
-        """Whole-kernel rules: every branch target is placed."""
+        """Whole-kernel rules: every branch target is placed; no setmaxnreg.dec asks for more registers
+        than the largest setmaxnreg.inc (ptxas: "larger than the largest temporal register count")."""
         for name, origin in self._labels_used.items():
             if name not in self._labels_placed:
                 raise PTXBuildError(f"branch to label {name}, which is never placed (a loop or if left "
                                     f"open, or a b.range() loop exited with break?)",
                                     str(origin) if origin else None)
+        counts = [(ins, int(ins.operands[0])) for ins in self.body if ins.key == "setmaxnreg"]
+        most = max((n for ins, n in counts if ".inc." in ins.text), default=None)
+        for ins, n in counts:
+            if most is not None and ".dec." in ins.text and n > most:
+                raise PTXBuildError(f"{ins.text} {n}: a decrease to more registers than the kernel's largest "
+                                    f"setmaxnreg.inc ({most}); ptxas refuses it",
+                                    str(ins.origin) if ins.origin else None)
 
     def render(self) -> str:
         return self._render()[0]

@@ -312,7 +312,7 @@ spec("mbarrier.pending_count", "mbarrier.pending_count.b64", ">d:R:u32 state:R:b
 _SIZE = "size:RI:u32[16..1048560%16]"
 spec("cp.async.bulk.shared::cluster.global",
      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.{multicast?}.{hint?}",
-     f"dst:A@shared::cluster src:A@global {_SIZE} mbar:A@shared::cluster mask?:RI:u16 policy?:R:b64!",
+     f"dst:A@shared::cluster src:A@global {_SIZE} mbar:A@shared::cluster mask?:RI:u16[0..65535] policy?:R:b64!",
      section="9.7.9.25.4.1", ptx=(8, 0), multicast=("multicast::cluster",), hint=("L2::cache_hint",),
      check=check_bulk_load)
 spec("cp.async.bulk.shared::cluster.shared::cta",
@@ -339,7 +339,7 @@ spec("cp.async.bulk.prefetch.L2.global", "cp.async.bulk.prefetch.L2.global.{hint
      section="9.7.9.25.4.3", ptx=(8, 0), hint=("L2::cache_hint",), check=lambda m, t, o: hint_needs_policy(m, o))
 spec("cp.async.bulk.tensor.shared::cluster.global",
      "cp.async.bulk.tensor.{dim}.shared::cluster.global.{load_mode?}.mbarrier::complete_tx::bytes.{multicast?}.{hint?}",
-     "dst:A@shared::cluster tensor:M mbar:A@shared::cluster offsets?:V:b16 mask?:RI:u16 policy?:R:b64!",
+     "dst:A@shared::cluster tensor:M mbar:A@shared::cluster offsets?:V:b16 mask?:RI:u16[0..65535] policy?:R:b64!",
      section="9.7.9.25.5.1", ptx=(8, 0), dim=DIMS,
      load_mode=("tile", "im2col"), multicast=("multicast::cluster",), hint=("L2::cache_hint",), check=check_tensor)
 spec("cp.async.bulk.tensor.global.shared::cta",

@@ -70,8 +70,8 @@ def _check_typed(value, rule: str, spec, mods, types, no_float: bool = False) ->
     ty = value.type
     if rule.endswith("x2") and mods.get("mode") == "wide":
         want = 2 * slot.bits
-        return None if ty.bits == want and ty.kind != "pred" else \
-            f"a .wide result needs a {want}-bit register, got .{ty}"
+        return None if ty.bits == want and ty.kind in ("b", "u", "s") else \
+            f"a .wide result needs a {want}-bit integer register, got .{ty}"
     if rule.endswith("w"):
         if slot.bits < 32 and slot.kind in ("b", "u", "s") and ty.kind in ("b", "u", "s"):
             return None if ty.bits >= slot.bits else f"register .{ty} is narrower than .{slot}"

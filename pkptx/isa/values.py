@@ -186,7 +186,7 @@ class Param:
     def decl(self) -> str:
         align = f".align {self.align} " if self.align else ""
         arr = f"[{self.count}]" if self.count > 1 else ""
-        return f".param {align}.{self.type.name} {self.name}{arr}"
+        return f".param {align}.{self.type.reg_decl} {self.name}{arr}"       # .bf16 is declared .b16
 
 
 def special_registers() -> dict[str, Special]:

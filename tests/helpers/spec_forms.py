@@ -20,11 +20,11 @@ from pkptx.isa import SPECS, Pipe, Sink, Vec, address, ptx_type, tensor_ref
 from pkptx.isa.builder import as_operand
 from pkptx.isa.validate import validate
 
+from . import forms
 from .assemble import Sandbox
 
 FULL_PRODUCT_LIMIT = 30000           # combinations per row beyond which pairs of groups are used
-REG_OF = {"u8": "u16", "s8": "s16", "b8": "b16", "tf32": "b32"}
-WIDE = {"u16": "u32", "u32": "u64", "s16": "s32", "s32": "s64"}
+REG_OF = {**forms.REG_OF, "b8": "b16"}     # the register type that holds a type slot's value
 WGMMA_ACC = {"f32": "f32", "s32": "s32", "f16": "b32"}
 
 
@@ -56,13 +56,14 @@ def combinations(row):
             yield types, mods
 
 
-def _reg_type(row, rule: str, types: tuple, mods: dict) -> str | None:
+def slot_register(row, rule: str, types: tuple, mods: dict) -> str | None:
+    """The register type an operand rule asks for (None for ``any`` outside wgmma)."""
     if rule == "any":
         return WGMMA_ACC[types[0]] if row.key.startswith("wgmma.mma_async") else None
     if rule.startswith("T") and rule[1:2].isdigit():
         name = types[int(rule[1])]
         if rule.endswith("x2") and mods.get("mode") == "wide":
-            name = WIDE.get(name, name)
+            name = forms.WIDE.get(name, name)
         return REG_OF.get(name, name)
     return REG_OF.get(rule, rule)
 
@@ -122,7 +123,7 @@ def operands(sb: Sandbox, key: str, types: tuple, mods: dict) -> list:
     row = SPECS[key]
     out = []
     for op in row.operands:
-        ty = _reg_type(row, op.rule, types, mods)
+        ty = slot_register(row, op.rule, types, mods)
         lanes = _lanes(row, op, types, mods)
         kind = "V" if lanes is not None and "V" in op.kinds else op.kinds[0]
         if kind == "R":

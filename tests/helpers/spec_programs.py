@@ -13,11 +13,10 @@ import random
 from pkptx.isa import SPECS, Label, Pipe, Sink, Vec, address, ptx_type, tensor_ref
 from pkptx.isa.types import ALL_TYPES
 
+from . import spec_forms
 from .assemble import ALL_REG, Sandbox
 
-# Register types that hold a type-slot value: bytes and fp8 travel in wider registers, tf32 in .b32.
-REG_OF = {"u8": "u16", "s8": "s16", "b8": "b16", "tf32": "b32", "e4m3": "b16", "e5m2": "b16", "b128": "b64"}
-WIDE = {"u16": "u32", "u32": "u64", "s16": "s32", "s32": "s64", "b16": "b32", "b32": "b64"}
+REG_OF = {**spec_forms.REG_OF, "e4m3": "b16", "e5m2": "b16", "b128": "b64"}
 INTS = (0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 64, 96, 100, 128, 256, 1000, 1024, 4096, 65535, 1 << 20, -8)
 FLOATS = (0.5, 1.0, -2.0, 1e-3)
 SPECIAL = ("%tid.x", "%ctaid.x", "%laneid", "%clock64", "%cluster_ctarank", "%smid")
@@ -36,18 +35,6 @@ class Chooser:
 
     def coin(self, p: float = 0.5) -> bool:
         return self.rng.random() < p
-
-
-def _slot(rule: str, types: tuple, mods: dict) -> str | None:
-    """The type an operand's rule names, before register mapping (None for ``any``)."""
-    if rule == "any":
-        return None
-    if rule.startswith("T") and rule[1:2].isdigit():
-        name = types[int(rule[1])]
-        if rule.endswith("x2") and mods.get("mode") == "wide":
-            name = WIDE.get(name, name)
-        return name
-    return rule
 
 
 def _reg_type(c: Chooser, name: str | None) -> str:
@@ -84,10 +71,10 @@ def _address(c: Chooser, sb: Sandbox, mods: dict, name: str):
     return address(base, 64 if base is None else offset)
 
 
-def operand(c: Chooser, sb: Sandbox, op, types: tuple, mods: dict):
+def operand(c: Chooser, sb: Sandbox, key: str, op, types: tuple, mods: dict):
     """One valid-looking value for operand ``op`` of a row."""
     kind = c.pick(op.kinds)
-    slot = _slot(op.rule, types, mods)
+    slot = spec_forms.slot_register(SPECS[key], op.rule, types, mods)
     b = sb.b
     if kind == "R":
         ty = _reg_type(c, slot)
@@ -135,7 +122,7 @@ def draw_call(c: Chooser, sb: Sandbox, key: str | None = None):
         if op.optional and c.coin(0.5):
             operands.append(None)
         else:
-            operands.append(operand(c, sb, op, types, mods))
+            operands.append(operand(c, sb, key, op, types, mods))
     return key, operands, types, mods
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from pkptx.errors import PTXBuildError
 from pkptx.isa import Kernel, Param, b64, u32, u64
 from pkptx.isa.declare import MAX_CLUSTER, MAX_DYNAMIC_SMEM, MAX_NAME
+from tests.helpers.assemble import assert_assembles
 from tests.helpers.errors import assembler_forbidden, build_error
 
 
@@ -26,10 +27,22 @@ def test_pred_parameters_are_refused():
         Kernel("k", [("flag", "pred")])
 
 
-@pytest.mark.parametrize("ty", ["bf16", "f16x2", "tf32", "b128", "e4m3"])
+@pytest.mark.parametrize("ty", ["tf32", "b128", "e4m3", "e5m2"])
 def test_types_ptxas_refuses_as_parameters(ty):
     with build_error(f"a kernel parameter cannot be .{ty}", ".u64"):
         Param("x", ty)
+
+
+def test_half_float_parameters_are_declared_as_bits():
+    """ptxas has no .param .bf16/.f16x2/.bf16x2: they are declared .b16/.b32 and loaded as such."""
+    k = Kernel("halves", [Param("h", "bf16"), Param("hh", "f16x2"), Param("hb", "bf16x2")])
+    b = k.builder()
+    for name in ("h", "hh", "hb"):
+        b.load_param(name)
+    b.ret()
+    text = k.render()
+    assert ".param .b16 h," in text and ".param .b32 hh," in text and ".param .b32 hb\n" in text
+    assert_assembles(k)
 
 
 def test_parameter_count_and_alignment():
@@ -124,7 +137,7 @@ _DIMS = st.one_of(st.none(), st.integers(-2, 2048), st.lists(st.integers(-1, 110
 
 
 @settings(max_examples=150, deadline=None)
-@given(name=_NAMES, params=st.lists(st.tuples(_NAMES, st.sampled_from(["u32", "u64", "pred", "bf16", "f32", 3])),
+@given(name=_NAMES, params=st.lists(st.tuples(_NAMES, st.sampled_from(["u32", "u64", "pred", "bf16", "tf32", "f32", 3])),
                                     max_size=3),
        max_threads=_DIMS, cluster=_DIMS, smem=st.one_of(st.integers(-5, 300000), st.text(max_size=3)),
        version=st.one_of(st.none(), st.tuples(st.integers(6, 9), st.integers(0, 9)), st.text(max_size=4)))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pkptx.errors import PTXBuildError, TargetError
-from pkptx.isa import Kernel, Reg, Vec, address, b32, b64, f32, f64, u32, u64
+from pkptx.isa import Kernel, Reg, Vec, address, b32, b64, f32, f64, s32, u32, u64
+from pkptx.isa.values import SPECIALS
 from tests.helpers.assemble import Sandbox, assert_assembles
-from tests.helpers.errors import build_error
+from tests.helpers.errors import build_error, caller_line
 
 
 @pytest.fixture
@@ -162,3 +163,34 @@ def test_an_error_raised_after_a_refusal_leaves_the_kernel_unchanged(sb):
     with pytest.raises(PTXBuildError):
         sb.b.bar_sync(16)
     assert sb.k.render() == before
+
+
+def test_forms_that_crashed_or_misled_ptxas(sb):
+    """Found by the spec-driven generator: ptxas dies with internal error C7907 on the first three."""
+    with build_error("prefetch of the .shared variable buf", "C7907"):
+        sb.b.prefetch(address(sb.smem_sym, 8), level="L2")
+    with build_error("prefetch takes a register or symbol address"):
+        sb.b.prefetch(address(None, 64), space="local", level="L1")
+    with build_error("'.L2::cache_hint' on the .shared variable bars"):
+        sb.b.red("add", u32, address(sb.bar_sym), 16, policy=sb.policy)
+    with build_error("cvt to .f32 cannot read the special register %tid.x"):
+        sb.b.cvt(f32, u32, SPECIALS["%tid.x"], rnd="rn")
+    with build_error("a .wide result needs a 64-bit integer register, got .f64"):
+        sb.b.mul(s32, sb.r(s32), 96, mode="wide", into=sb.b.reg(f64))
+    with build_error("'mask' must be an integer in 0..65535, got -8"):
+        sb.b.bulk_load(sb.s(), sb.gptr, 16, sb.bar, multicast_mask=-8)
+    sb.b.cvt(u64, u32, SPECIALS["%tid.x"])
+    sb.b.prefetch(sb.g(), level="L2")
+    assert_assembles(sb.finish())
+
+
+def test_setmaxnreg_dec_above_every_inc_is_refused_when_the_kernel_renders():
+    k = Kernel("rebalance", max_threads=128, target="sm_90a")
+    b = k.builder()
+    b.setmaxnreg("inc", 32)
+    line = caller_line(); b.setmaxnreg("dec", 96)  # noqa: E702
+    b.ret()
+    with pytest.raises(PTXBuildError, match=r"setmaxnreg.dec.sync.aligned.u32 96: a decrease to more registers "
+                                            r"than the kernel's largest setmaxnreg.inc \(32\)") as info:
+        k.render()
+    assert f"{__file__}:{line}" in info.value.origin
