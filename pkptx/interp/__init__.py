@@ -15,7 +15,7 @@ from .memory import Allocation
 
 def run(kernel, grid, block, *args, smem: int | None = None, cluster=None, machine: Machine | None = None,
         **options) -> Machine:
-    """Interpret one launch; ``options`` go to :class:`Machine` (seed, quantum, check_uninit, races...)."""
+    """Interpret one launch; ``options`` go to :class:`Machine` (seed, quantum, check_uninit...)."""
     m = machine if machine is not None else Machine(**options)
     m.launch(kernel, grid, block, *args, smem=smem, cluster=cluster)
     return m.run()

@@ -6,9 +6,9 @@ from .errors import UnsupportedError
 
 
 def _tables() -> dict:
-    from . import ops_arith, ops_control, ops_data, ops_memory, ops_sync, ops_async, ops_wgmma
+    from . import ops_arith, ops_control, ops_data, ops_memory, ops_sync
     table = {}
-    for module in (ops_arith, ops_control, ops_data, ops_memory, ops_sync, ops_async, ops_wgmma):
+    for module in (ops_arith, ops_control, ops_data, ops_memory, ops_sync):
         table.update(module.TABLE)
     return table
 

@@ -1,2 +1,0 @@
-"""wgmma: filled in below."""
-TABLE = {}
