@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
+import numbers
 import struct
 import threading
 from math import prod
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import LaunchError, PkptxError
@@ -30,6 +33,7 @@ _INT_CODES = {("u", 8): "B", ("u", 16): "H", ("u", 32): "I", ("u", 64): "Q",
               ("s", 8): "b", ("s", 16): "h", ("s", 32): "i", ("s", 64): "q"}
 _FLOAT_CODES = {"f16": ("e", np.float16), "f32": ("f", np.float32), "tf32": ("f", np.float32),
                 "f64": ("d", np.float64)}
+_ML_FLOATS = {"bf16": ml_dtypes.bfloat16}      # the one 16-bit float besides .f16 a parameter can hold
 
 
 def _pointer(value) -> int:
@@ -47,6 +51,19 @@ def _bits_converter(bits: int):
         if not lo <= value <= mask:
             raise OverflowError
         return value & mask
+    return convert
+
+
+def _small_float_converter(dtype):
+    """bf16 scalars go in as their bit pattern (struct has no such formats); a finite value
+    that would round to inf or nan, or an inf the format lacks, is out of range as it is for .f16."""
+    def convert(value):
+        if not isinstance(value, numbers.Real):
+            raise TypeError
+        encoded = np.array(value, dtype)
+        if np.isnan(encoded) != math.isnan(value) or np.isinf(encoded) != math.isinf(value):
+            raise OverflowError
+        return int.from_bytes(encoded.tobytes(), "little")
     return convert
 
 
@@ -76,6 +93,8 @@ def _slot(p) -> tuple[str, object]:
         return _INT_CODES[(ty.kind, ty.bits)], None
     if ty.name in _FLOAT_CODES:
         return _FLOAT_CODES[ty.name][0], None
+    if ty.name in _ML_FLOATS:
+        return ("H" if ty.bits == 16 else "B"), _small_float_converter(_ML_FLOATS[ty.name])
     if ty.kind in ("b", "fx2"):
         return {8: "B", 16: "H", 32: "I", 64: "Q"}[ty.bits], _bits_converter(ty.bits)
     raise LaunchError(f"param '{p.name}' has type .{ty.name}, which cannot be a kernel parameter")
@@ -92,7 +111,8 @@ def _expected(p) -> str:
         lo = -(1 << (ty.bits - 1)) if ty.kind in ("s", "b", "fx2") else 0
         hi = (1 << (ty.bits - 1)) - 1 if ty.kind == "s" else (1 << ty.bits) - 1
         return f"an int in [{lo}, {hi}]"
-    largest = float(np.finfo(_FLOAT_CODES[ty.name][1]).max)
+    dtype = _ML_FLOATS[ty.name] if ty.name in _ML_FLOATS else _FLOAT_CODES[ty.name][1]
+    largest = float(ml_dtypes.finfo(dtype).max)
     return f"a real number representable as .{ty.name} (finite values up to {largest:g} in magnitude)"
 
 

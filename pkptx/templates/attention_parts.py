@@ -102,10 +102,10 @@ def online_softmax(b: Builder, s_acc, o_acc, *, n: int, d: int, scale_log2: Reg,
         new_max = b.max(f32, row_max[half], b.mul(f32, block_max, scale_log2), name="new_max")
         empty = b.setp("eq", f32, new_max, NEG_INF, name="row_empty")
         base = b.selp(f32, 0.0, new_max, empty, name="max_used")
-        correction = b.ex2(f32, b.sub(f32, row_max[half], base), mode="approx", ftz=True, name="corr")
+        correction = b.ex2(f32, b.sub(f32, row_max[half], base), ftz=True, name="corr")
         neg_base = b.neg(f32, base, name="neg_max")
         for s in scores:
-            b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), mode="approx", ftz=True, into=s)
+            b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), ftz=True, into=s)
         total = tree(b, "add", scores, name="blk_sum")
         b.fma(f32, row_sum[half], correction, total, rnd="rn", into=row_sum[half])
         for o in half_regs(o_acc, d, half):

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 import threading
 
+import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pkptx.errors import LaunchError, PkptxError
@@ -68,12 +70,13 @@ def test_float_params_are_not_ints():
 
 @given(st.floats(allow_nan=False, width=32), st.floats(allow_nan=False), st.floats(allow_nan=False, width=16))
 def test_floats_round_trip(f32, f64, f16):
-    params = [Param("a", T.f32), Param("b", T.f64), Param("c", T.f16)]
+    params = [Param("a", T.f32), Param("b", T.f64), Param("c", T.f16), Param("d", T.bf16)]
     packer = Packer(params, "k")
-    raw = read_back(packer, packer.pack([f32, f64, f16]))
+    raw = read_back(packer, packer.pack([f32, f64, f16, f16]))     # f16 values all fit bf16's range
     assert struct.unpack("<f", raw[0])[0] == f32
     assert struct.unpack("<d", raw[1])[0] == f64
     assert struct.unpack("<e", raw[2])[0] == f16
+    assert raw[3] == np.array(f16, ml_dtypes.bfloat16).tobytes()
 
 
 def test_f32_overflow_and_strings_are_labelled():
@@ -133,11 +136,31 @@ def test_pointer_params_must_be_64_bit(ty):
         Packer([Param("n", T.u32), Param("p", ty, pointer=True)], "k")
 
 
-def test_bf16_and_fp8_cannot_be_kernel_parameters():
-    """PTX has no .bf16/.e4m3/.e5m2 parameters (pass the bits as .b16/.b8): refused at declaration."""
-    for ty in (T.bf16, T.e4m3, T.e5m2):
-        with pytest.raises(PkptxError, match="cannot be"):
-            Param("x", ty)
+SMALL_FLOATS = {T.bf16: ml_dtypes.bfloat16}      # fp8 kernel parameters do not exist (Param refuses them)
+
+
+@given(st.sampled_from(sorted(SMALL_FLOATS, key=str)), st.floats(allow_nan=True, allow_infinity=False))
+@example(T.bf16, 3.4e38).via("rounds to inf")
+def test_small_floats_pack_their_encoding_or_are_out_of_range(ty, value):
+    dtype = SMALL_FLOATS[ty]
+    packer = Packer([Param("x", ty)], "k")
+    encoded = np.array(value, dtype)
+    if np.isnan(value) or np.isfinite(encoded):
+        assert read_back(packer, packer.pack([value]))[0] == encoded.tobytes()
+    else:
+        largest = float(ml_dtypes.finfo(dtype).max)
+        with pytest.raises(LaunchError, match=rf"argument 0 'x' \(\.{ty.name}\).*finite values up to {re.escape(f'{largest:g}')}"):
+            packer.pack([value])
+
+
+@pytest.mark.parametrize("ty,accepted", [(T.bf16, True), (T.f16, True)])
+def test_infinity_only_where_the_format_has_one(ty, accepted):
+    packer = Packer([Param("x", ty)], "k")
+    if accepted:
+        packer.pack([float("-inf")])
+    else:
+        with pytest.raises(LaunchError, match=rf"argument 0 'x' \(\.{ty.name}\)"):
+            packer.pack([float("inf")])
 
 
 def test_tensor_map_params_are_128_bytes_at_64_byte_alignment():
@@ -199,5 +222,5 @@ def test_threads_get_their_own_buffers():
 
 
 def test_pred_param_rejected_at_construction():
-    with pytest.raises(PkptxError, match="cannot be a kernel parameter"):
+    with pytest.raises(PkptxError, match="cannot be .pred"):
         Packer([Param("p", T.pred)], "k")

@@ -224,10 +224,10 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
     for half in (0, 1):
         total = quad_reduce(b, "add", row_sum[half], name="row_total")
         empty = b.setp("eq", f32, total, 0.0, name="row_empty")
-        inv = b.selp(f32, 0.0, b.rcp(f32, total, mode="approx", ftz=True), empty, name="inv_sum")
+        inv = b.selp(f32, 0.0, b.rcp(f32, total, approx=True, ftz=True), empty, name="inv_sum")
         for o in half_regs(o_acc, cfg.head_dim, half):
             b.mul(f32, o, inv, into=o)
-        value = b.mul(f32, b.add(f32, row_max[half], b.lg2(f32, total, mode="approx", ftz=True)), LN2, name="lse")
+        value = b.mul(f32, b.add(f32, row_max[half], b.lg2(f32, total, ftz=True)), LN2, name="lse")
         store = b.setp("lt", u32, rows[half], ctx.param("seq_q"), combine="and", c=want_lse, name="store_lse")
         store = b.and_("pred", store, lane_first, name="store_lse")
         index = b.mad(u32, b.mad(u32, batch, ctx.param("heads"), head, mode="lo"), ctx.param("seq_q"), rows[half],

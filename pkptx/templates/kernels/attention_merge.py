@@ -56,10 +56,10 @@ def build(cfg: Config = Config()) -> Kernel:
         lb = b.ld(f32, address(b.add(u64, lse_b, lse_off)), space="global", name="lb")
         top = b.max(f32, la, lb, name="top")
         top = b.selp(f32, 0.0, top, b.setp("eq", f32, top, float("-inf"), name="none"), name="top_used")
-        wa = b.ex2(f32, b.mul(f32, b.sub(f32, la, top), LOG2E), mode="approx", ftz=True, name="wa")
-        wb = b.ex2(f32, b.mul(f32, b.sub(f32, lb, top), LOG2E), mode="approx", ftz=True, name="wb")
+        wa = b.ex2(f32, b.mul(f32, b.sub(f32, la, top), LOG2E), ftz=True, name="wa")
+        wb = b.ex2(f32, b.mul(f32, b.sub(f32, lb, top), LOG2E), ftz=True, name="wb")
         total = b.add(f32, wa, wb, name="total")
-        inv = b.selp(f32, 0.0, b.rcp(f32, total, mode="approx", ftz=True), b.setp("eq", f32, total, 0.0),
+        inv = b.selp(f32, 0.0, b.rcp(f32, total, approx=True, ftz=True), b.setp("eq", f32, total, 0.0),
                      name="inv")
         sa, sb = b.mul(f32, wa, inv, name="sa"), b.mul(f32, wb, inv, name="sb")
         off = b.mul(u32, i, 16, mode="wide", name="off")
@@ -73,7 +73,7 @@ def build(cfg: Config = Config()) -> Kernel:
             merged.append(b.cvt(pair, f32, hi, lo, rnd="rn", name="packed"))
         b.st(b32, address(b.add(u64, out, off)), merged, space="global")
         first = b.setp("eq", u32, b.rem(u32, i, row_vectors), 0, combine="and", c=want_lse, name="row_first")
-        lse = b.add(f32, top, b.mul(f32, b.lg2(f32, total, mode="approx", ftz=True), LN2), name="lse")
+        lse = b.add(f32, top, b.mul(f32, b.lg2(f32, total, ftz=True), LN2), name="lse")
         b.st(f32, address(b.add(u64, lse_out, lse_off)), lse, space="global", pred=first)
         b.add(u32, i, stride, into=i)
     b.ret()
