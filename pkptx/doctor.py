@@ -114,6 +114,10 @@ def check_packages(machine: Machine) -> list[Check]:
     checks = []
     for dist, install in PACKAGES:
         version = _version(dist)
+        if version is None and dist == "pkptx":      # imported from a checkout on PYTHONPATH: it runs
+            from . import __version__
+            checks.append(Check(dist, "ok", f"{__version__} from {Path(__file__).resolve().parent} (not pip-installed)"))
+            continue
         if version is None:
             checks.append(Check(dist, "fail", "not installed", f"pip install '{install}'"))
             continue

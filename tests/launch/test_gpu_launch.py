@@ -114,7 +114,7 @@ def test_cluster_launch(kernels, cluster):
 
 def test_invalid_configs_fail_before_the_driver(kernels):
     out = empty(3 * 16, "int32")
-    with pytest.raises(LaunchError, match=r"expected exactly \(128, 1, 1\), the kernel's \.reqntid"):
+    with pytest.raises(LaunchError, match=r"expected exactly \(128, 1, 1\), the block the kernel is written for"):
         kernels["cluster_ids"][16, 64](out)
     with pytest.raises(LaunchError, match="grid.x=6 is not a multiple of cluster.x=4"):
         kernels["cluster_ids"].launch(LaunchConfig(6, 128, cluster=4), out)
