@@ -30,6 +30,8 @@ TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120), ("copy", "test
                ("launch", "tests/launch", 150),
                ("fused", "tests/templates/test_fused_gpu.py", 300),
                ("collectives", "tests/templates/test_collectives_gpu.py", 400), ("primitives", "tests/primitives", 200)]
+SANITIZED = [("sanitizer", ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "3", sys.executable,
+                            "probe/attention_smoke.py", "--small"], 300)]   # memcheck on a small case
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)
 
 
@@ -54,7 +56,9 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
                                                       "--sizes", "2048" if quick else sizes], 200, share(n))
     multi = ([coll(2, 20 if quick else 28), coll(4, 20 if quick else 28), fused(2, "2048,4096,8192"),
               fused(4, "2048,4096,8192")] if mps else [coll(4, 20 if quick else 24), fused(2, "2048,4096")])
-    return [("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
+    return [("doctor", [sys.executable, "-m", "pkptx", "doctor"], 120, {}),
+            ("bench_attention", [sys.executable, "-m", "pkptx.bench.bench_attention", "--record", *q], 300, {}),
+            ("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
             ("bench_gemm", [sys.executable, "-m", "pkptx.bench.bench_gemm", "--record", *q], 300, {}),
             ("bench_tma", [sys.executable, "-m", "pkptx.bench.bench_tma", "--record", *q], 100, {}),
             coll(1, 24 if quick else 28), fused(1, "2048,4096,8192,16384"), *multi]
@@ -140,6 +144,14 @@ def steps(args, wanted: set, rows: list, logs: Path, out_dir: Path) -> None:
             rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
                                  path], logs / f"test_{name}.log", limit)
             rows.append((f"tests {name}", "ok" if rc == 0 else f"rc={rc}", pytest_summary(out), secs))
+            print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
+            save(out_dir, logs)
+        for name, cmd, limit in SANITIZED:
+            if not pick(name):
+                continue
+            rc, out, secs = run(cmd, logs / f"{name}.log", limit)
+            summary = re.findall(r"ERROR SUMMARY: \d+ errors?", out)
+            rows.append((name, "ok" if rc == 0 else f"rc={rc}", summary[-1] if summary else out.strip()[-90:], secs))
             print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
             save(out_dir, logs)
     if args.only != "tests":
