@@ -82,13 +82,12 @@ class Device:
 
     @classmethod
     def current(cls) -> "Device":
-        """The device of the calling thread's current context; device 0 (made current) if none."""
-        try:
-            return cls(int(call("cuCtxGetDevice")))
-        except CudaError as exc:
-            if exc.name != "CUDA_ERROR_INVALID_CONTEXT":
-                raise
-        return cls(0).set_current()
+        """The device of the calling thread's current context; device 0 (made current) if none. Asks
+        cuCtxGetCurrent first, so that no failing driver call is made (compute-sanitizer reports those)."""
+        current = call("cuCtxGetCurrent")
+        if current is None or not int(current):
+            return cls(0).set_current()
+        return cls(int(call("cuCtxGetDevice")))
 
     @property
     def context(self):
