@@ -122,7 +122,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         tmap_q=_tensor_map(q, BOX), tmap_k=_tensor_map(k, BOX), tmap_v=_tensor_map(v, BOX),
         tmap_o=_tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
-        scale_log2=scale * math.log2(math.e), rank=0, world=1, status=device_status(device).ptr,
+        scale_log2=scale * math.log2(math.e), by_query_block=int(causal), rank=0, world=1, status=device_status(device).ptr,
         timeout_ns=timeout_ns, num_comm_sms=0))
     threads = 128 * (1 + cfg.consumers)
     launchable[grid_size(launchable, threads, cfg.smem_bytes, tasks), threads, cfg.smem_bytes](*args, stream=stream)

@@ -14,7 +14,7 @@ from pkptx.toolchain import assemble
 
 LAUNCHED = [kernel.default_config(dtype, d) for dtype in ("bf16", "f16") for d in (64, 128)]
 MORE = [kernel.Config(head_dim=128, block_k=64), kernel.Config(head_dim=64, consumers=2, stages=3),
-        kernel.Config(head_dim=128, consumers=1, stages=3)]
+        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1)]
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)

@@ -2,8 +2,12 @@
 one loader warp TMA-loads Q, K and V into 128-byte-swizzled shared memory on mbarrier rings; each
 consumer warpgroup owns 64 query rows of a block, computes S = Q·Kᵀ with wgmma from shared memory,
 runs the online softmax in registers with exp2 (scale·log2(e) folded in), and accumulates O += P·V with
-P from registers as wgmma's A operand. A persistent grid walks (batch, head, query block) tasks, the
-longest causal blocks first. The compute side of the LCSC template; attention_parts holds the layout
+P from registers as wgmma's A operand. Q has two buffers, so the loader fetches the next task's Q
+while the consumers finish the current one. A persistent grid walks (batch, head, query block) tasks:
+head by head for full attention (blocks of one head run together and share K/V in L2); for causal
+attention query block by query block, the longest first, so the static stride hands every block a mix
+of long and short tasks (head by head, a grid that is a multiple of the query blocks per head would
+give each block tasks of one length). The compute side of the LCSC template; attention_parts holds the layout
 and the softmax.
 
 Layout (B, S, H, D), contiguous, bf16 or f16, D 64 or 128. K/V heads divide Q heads (GQA: Q head h
@@ -40,12 +44,15 @@ class Config:
     block_k: int = 128           # keys per K/V stage
     consumers: int = 2           # warpgroups of 64 query rows per block
     stages: int = 2
+    q_stages: int = 2            # Q buffers: the next task's Q loads while this one runs
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
             raise PTXBuildError(f"attention Config: dtype bf16/f16 and head_dim 64/128, got {self}")
-        if self.block_k not in (64, 128) or self.consumers not in (1, 2, 3) or self.stages < 1:
-            raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, got {self}")
+        if self.block_k not in (64, 128) or self.consumers not in (1, 2, 3) or self.stages < 1 or \
+                self.q_stages not in (1, 2):
+            raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
+                                f"got {self}")
         if self.smem_bytes > SMEM_LIMIT:
             raise PTXBuildError(f"attention Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
 
@@ -70,35 +77,43 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        return self.q_bytes + 2 * self.stages * self.kv_bytes + self.consumers * self.staging_bytes + 1024
+        return (self.q_stages * self.q_bytes + 2 * self.stages * self.kv_bytes + self.consumers * self.staging_bytes
+                + 1024)
 
     @property
     def name(self) -> str:
-        return f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
+        return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
+                f"_q{self.q_stages}")
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
     Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
-    Param("group", u32), Param("seq_q", u32), Param("seq_k", u32), Param("diag", s32), Param("scale_log2", f32))
+    Param("group", u32), Param("seq_q", u32), Param("seq_k", u32), Param("diag", s32), Param("scale_log2", f32),
+    Param("by_query_block", u32))
 
 
 def template(cfg: Config) -> Template:
     return Template(
         cfg.name, params=PARAMS,
-        dynamic_buffers=(Buffer("smem_q", cfg.q_bytes, 1024), Buffer("smem_k", cfg.stages * cfg.kv_bytes, 1024),
+        dynamic_buffers=(Buffer("smem_q", cfg.q_stages * cfg.q_bytes, 1024), Buffer("smem_k", cfg.stages * cfg.kv_bytes, 1024),
                          Buffer("smem_v", cfg.stages * cfg.kv_bytes, 1024),
                          Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024)),
-        rings=(Ring("q_full", 1, 1), Ring("q_empty", 1, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
+        rings=(Ring("q_full", cfg.q_stages, 1), Ring("q_empty", cfg.q_stages, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
         consumers=cfg.consumers, progress=False)       # no block waits on another
 
 
 def task_coords(ctx, task):
-    """(batch, head, query block) of a task: blocks of one (batch, head) adjacent, the last first."""
+    """(batch, head, query block) of a task, the last query block first: with ``by_query_block`` the
+    tasks of one query block (over every batch and head) are adjacent, else those of one (batch, head)."""
     b = ctx.b
     q_blocks = ctx.param("q_blocks")
-    bh = b.div(u32, task, q_blocks, name="bh")
-    qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
+    by_block = b.setp("ne", u32, ctx.param("by_query_block"), 0, name="by_query_block")
+    heads_total = b.div(u32, ctx.param("tasks"), q_blocks, name="heads_total")
+    inner_count = b.selp(u32, heads_total, q_blocks, by_block, name="inner_count")
+    outer, inner = b.div(u32, task, inner_count, name="outer"), b.rem(u32, task, inner_count, name="inner")
+    bh = b.selp(u32, inner, outer, by_block, name="bh")
+    qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.selp(u32, outer, inner, by_block), name="qb")
     return b.div(u32, bh, ctx.param("heads"), name="batch"), b.rem(u32, bh, ctx.param("heads"), name="head"), qb
 
 
@@ -125,15 +140,16 @@ def roles(cfg: Config) -> dict:
             kv_head = b.div(u32, head, ctx.param("group"), name="kv_head")
             first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
             maps = {t: tensor_map_param(b, f"tmap_{t}") for t in "qkv"}
-            q_phase = b.and_("b32", ctx.param("tq"), 1, name="q_phase")
-            wait_parity(b, ctx.rings["q_empty"].bar(b, 0), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
+            q_stage, q_phase = stage_of(b, ctx.param("tq"), cfg.q_stages)
+            wait_parity(b, ctx.rings["q_empty"].bar(b, q_stage), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
                         name="wait_q_free")
-            q_full = ctx.rings["q_full"].bar(b, 0)
+            q_full = ctx.rings["q_full"].bar(b, q_stage)
+            q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
             b.mbarrier_arrive_expect_tx(q_full, cfg.q_bytes)
             for wg in range(cfg.consumers):
                 row = b.add(u32, first_row, wg * ROWS, name="q_row")
                 for db in range(d_boxes):
-                    b.tensor_load(address(ctx.smem["smem_q"], q_box_offset(wg, db, cfg.head_dim)), maps["q"],
+                    b.tensor_load(address(q_buffer, q_box_offset(wg, db, cfg.head_dim)), maps["q"],
                                   (db * BOX_COLS, head, row, batch), q_full)
             for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
                 stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
@@ -172,9 +188,11 @@ def roles(cfg: Config) -> dict:
         row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
-        wait_parity(b, ctx.rings["q_full"].bar(b, 0), b.and_("b32", ctx.param("tq"), 1), deadline=ctx.deadline,
-                    abandon=True, name="wait_q")
-        q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), ctx.smem["smem_q"], mode="lo", name="q_tile")
+        q_stage, q_phase = stage_of(b, ctx.param("tq"), cfg.q_stages)
+        wait_parity(b, ctx.rings["q_full"].bar(b, q_stage), q_phase, deadline=ctx.deadline, abandon=True,
+                    name="wait_q")
+        q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
+        q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), q_buffer, mode="lo", name="q_tile")
         row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
         row_sum = [b.mov(f32, 0.0, name="row_sum") for _ in (0, 1)]
         o_acc = b.regs(f32, cfg.head_dim // 2, name="o")
@@ -206,7 +224,7 @@ def roles(cfg: Config) -> dict:
             b.wgmma_wait_group(0)
             b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
-        b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, 0), pred=lane0)
+        b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, q_stage), pred=lane0)
         finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head)
         b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
 
@@ -269,8 +287,11 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
 def default_config(dtype: str, head_dim: int) -> Config:
     """The configuration the op launches: without setmaxnreg (nvJitLink ignores it, info C7504) a
     consumer has 65536 / threads registers, so D=128 (64 accumulators each for S and O) fits 2
-    consumer warpgroups (168 registers) and D=64 fits 3 (128 registers), both without spills."""
-    return Config(dtype=dtype, head_dim=head_dim, consumers=2 if head_dim == 128 else 3)
+    consumer warpgroups (168 registers) and D=64 fits 3 (128 registers), both without spills; at D=64 the
+    second Q buffer's addressing does not fit in 128 registers, so it has one."""
+    if head_dim == 128:
+        return Config(dtype=dtype, head_dim=head_dim, consumers=2)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
 
 
 def catalog():

@@ -1,0 +1,38 @@
+"""Time candidate attention configs against torch's cuDNN SDPA on a few shapes (H200 tuning aid):
+prints TFLOP/s and cuDNN time / pkptx time per (shape, causal, config); each output is checked first."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from pkptx.bench.common import event_ms  # noqa: E402
+from pkptx.launch import Stream  # noqa: E402
+from pkptx.ops.attention import attention  # noqa: E402
+from pkptx.templates.kernels.attention import Config  # noqa: E402
+
+SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (1, 32, 4096, 128), (4, 16, 8192, 128), (1, 32, 16384, 128)]
+CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=2, q_stages=2),
+                   Config(head_dim=64, consumers=2, stages=3, q_stages=2)],
+              128: [Config(head_dim=128, consumers=2, q_stages=2), Config(head_dim=128, consumers=2, q_stages=1)]}
+stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+for batch, heads, seq, dim in SHAPES:
+    q, k, v = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    views = [x.transpose(1, 2) for x in (q, k, v)]
+    out = torch.empty_like(q)
+    for causal in (False, True):
+        flop = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ref = F.scaled_dot_product_attention(*views, is_causal=causal).transpose(1, 2).float()
+            theirs = event_ms(lambda: F.scaled_dot_product_attention(*views, is_causal=causal), stream, repeats=10)
+        for cfg in CANDIDATES[dim]:
+            out.fill_(float("nan"))
+            attention(q, k, v, causal=causal, out=out, stream=stream, config=cfg)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            ours = event_ms(lambda: attention(q, k, v, causal=causal, out=out, stream=stream, config=cfg), stream,
+                            repeats=10)
+            print(f"{batch}x{heads}x{seq}x{dim} causal={causal:d} {cfg.name}: err {err:.1e} "
+                  f"{flop / ours / 1e9:.0f} TFLOP/s, cuDNN {flop / theirs / 1e9:.0f}, ratio {theirs / ours:.3f}",
+                  flush=True)
