@@ -14,9 +14,10 @@ from pkptx.ops.attention import attention  # noqa: E402
 from pkptx.templates.kernels.attention import Config  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (1, 32, 4096, 128), (4, 16, 8192, 128), (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=2, q_stages=2),
-                   Config(head_dim=64, consumers=2, stages=3, q_stages=2)],
-              128: [Config(head_dim=128, consumers=2, q_stages=2), Config(head_dim=128, consumers=2, q_stages=1)]}
+CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1,
+                                                                            pingpong=False),
+                   Config(head_dim=64, consumers=2, q_stages=2)],
+              128: [Config(head_dim=128, consumers=2, q_stages=2), Config(head_dim=128, consumers=2, pingpong=False)]}
 stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
 for batch, heads, seq, dim in SHAPES:
     q, k, v = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
