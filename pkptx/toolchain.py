@@ -196,9 +196,12 @@ class CompiledKernel:
     cluster: tuple[int, int, int] | None = None
     dynamic_smem: int = 0
     ptx_version: tuple[int, int] = (8, 0)
+    jit: bool = False           # load the PTX through the driver's JIT (see Kernel.compile), not the cubin
 
     @property
     def resources(self) -> Resources:
+        """nvJitLink's figures; for a ``jit`` kernel they are without setmaxnreg (the loaded
+        function's own are on :class:`pkptx.launch.module.Function`)."""
         return self.cubin.resources
 
     @property
@@ -223,6 +226,7 @@ class CompiledKernel:
             "static_smem_bytes": self.resources.shared_bytes,
             "registers": self.resources.registers,
             "spill_bytes": self.resources.spills,
+            "load": "ptx" if self.jit else "cubin",
         }
 
 

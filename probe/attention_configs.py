@@ -11,13 +11,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from pkptx.bench.common import event_ms  # noqa: E402
 from pkptx.launch import Stream  # noqa: E402
 from pkptx.ops.attention import attention  # noqa: E402
-from pkptx.templates.kernels.attention import Config  # noqa: E402
+from pkptx.launch import Device  # noqa: E402
+from pkptx.ops.common import load  # noqa: E402
+from pkptx.templates.kernels.attention import Config, build  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (1, 32, 4096, 128), (4, 16, 8192, 128), (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1,
-                                                                            pingpong=False),
-                   Config(head_dim=64, consumers=2, q_stages=2)],
-              128: [Config(head_dim=128, consumers=2, q_stages=2), Config(head_dim=128, consumers=2, pingpong=False)]}
+CANDIDATES = {64: [Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=3, q_stages=1, rebalance=True),
+                   Config(head_dim=64, consumers=2, stages=3)],
+              128: [Config(head_dim=128, consumers=2, rebalance=True),
+                    Config(head_dim=128, consumers=2, q_stages=1, rebalance=True)]}
+for configs in CANDIDATES.values():
+    for cfg in configs:
+        fn = load(build, cfg, Device.current()).function
+        print(f"{cfg.name}: {fn.num_regs} registers at entry, {fn.local_bytes} local bytes", flush=True)
 stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
 for batch, heads, seq, dim in SHAPES:
     q, k, v = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))

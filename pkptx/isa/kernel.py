@@ -252,13 +252,22 @@ class Kernel:
 
     # ------------------------------------------------------------ assembly
     def compile(self, *, use_cache: bool = True):
-        """Assemble with nvJitLink; returns a :class:`pkptx.toolchain.CompiledKernel`."""
+        """Assemble with nvJitLink; returns a :class:`pkptx.toolchain.CompiledKernel`. A kernel that moves
+        registers between warpgroups (setmaxnreg) is still assembled here, which checks it, but is
+        loaded from its PTX (``jit``): nvJitLink compiles relocatable code and drops setmaxnreg (ptxas
+        info C7504), while the driver's JIT compiles the whole program and keeps it."""
         from ..toolchain import CompiledKernel, assemble
         ptx, origins = self._render()
         cubin = assemble(ptx, self.target, origins=origins, use_cache=use_cache)
         block = self.req_threads or self.max_threads
         return CompiledKernel(self.name, self.params, ptx, cubin, self.target, block,
-                              self.req_threads is not None, self.cluster, self.dynamic_smem, self.ptx_version)
+                              self.req_threads is not None, self.cluster, self.dynamic_smem, self.ptx_version,
+                              jit=self.rebalances)
+
+    @property
+    def rebalances(self) -> bool:
+        """Whether the kernel uses setmaxnreg."""
+        return any(ins.key == "setmaxnreg" for ins in self.body)
 
     @property
     def instruction_count(self) -> int:

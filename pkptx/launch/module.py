@@ -1,7 +1,9 @@
-"""Load a CompiledKernel's cubin into a context and find its entry, once per (context, cubin).
+"""Load a CompiledKernel into a context and find its entry, once per (context, cubin).
 
-Loading a cubin (not PTX) means the driver never JITs, so the driver's PTX version limit does not
-apply and load errors are about the binary itself.
+Loading a cubin means the driver never JITs, so load errors are about the binary itself. A kernel
+that uses setmaxnreg is loaded from its PTX instead (``CompiledKernel.jit``): only the driver's
+whole-program JIT keeps setmaxnreg (and caches the result in its compute cache); its PTX version is
+within the driver's limit (``pkptx.isa.MAX_PTX``).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Function:
         self.max_threads = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, handle)
         self.static_smem = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, handle)
         self.num_regs = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_NUM_REGS, handle)
+        self.local_bytes = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, handle)
         self.dynamic_smem_limit = max(DEFAULT_SMEM - self.static_smem, 0)
         self.non_portable_cluster = False
         self._lock = threading.Lock()
@@ -62,7 +65,8 @@ def load_module(compiled, device: Device):
         with _lock:
             module = _modules.get(key)
             if module is None:
-                module = _modules[key] = call("cuModuleLoadData", compiled.cubin.data)
+                image = compiled.ptx.encode() + b"\0" if compiled.jit else compiled.cubin.data
+                module = _modules[key] = call("cuModuleLoadData", image)
     return module
 
 

@@ -13,15 +13,34 @@ from pkptx.templates.kernels import attention_merge as merge
 from pkptx.toolchain import assemble
 
 LAUNCHED = [kernel.default_config(dtype, d) for dtype in ("bf16", "f16") for d in (64, 128)]
-MORE = [kernel.Config(head_dim=128, block_k=64), kernel.Config(head_dim=64, consumers=2, stages=3),
-        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1)]
+MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
+        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1),
+        kernel.Config(head_dim=64, consumers=3, q_stages=1, rebalance=True)]
+
+
+def consumer_budget_ptx(cfg) -> str:
+    """The PTX of a rebalanced config as ptxas would see it with every thread at the consumers' register
+    budget: nvJitLink drops setmaxnreg (the driver's JIT, which loads these kernels, keeps it), so this
+    is how a CPU checks that the consumers fit."""
+    tmpl = kernel.template(cfg)
+    lines = [line for line in kernel.build(cfg).render().splitlines() if "setmaxnreg" not in line]
+    bound = f".maxntid {tmpl.threads}, 1, 1"
+    assert bound in lines
+    return "\n".join(f".maxnreg {tmpl.consumer_regs}" if line == bound else line for line in lines)
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
 def test_attention_assembles_without_spills(cfg):
-    cubin = assemble(kernel.build(cfg).render(), "sm_90a", use_cache=False)
+    ptx = consumer_budget_ptx(cfg) if cfg.rebalance else kernel.build(cfg).render()
+    cubin = assemble(ptx, "sm_90a", use_cache=False)
     assert cubin.resources.spills == 0 and cubin.resources.stack_bytes == 0, (cfg.name, cubin.resources)
     assert "C75" not in cubin.log, cubin.log       # no serialised wgmma, no ignored setmaxnreg
+
+
+@pytest.mark.parametrize("cfg", [c for c in LAUNCHED if c.rebalance], ids=lambda c: c.name)
+def test_rebalanced_kernels_load_from_ptx(cfg):
+    compiled = kernel.build(cfg).compile(use_cache=False)
+    assert compiled.jit and compiled.manifest()["load"] == "ptx" and "setmaxnreg.inc" in compiled.ptx
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
@@ -46,7 +65,7 @@ def test_ptx_forms_and_determinism():
     assert ptx == kernel.build(cfg).render()
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
     pv = [line for line in ptx.splitlines() if "wgmma.mma_async" in line and ", 1, 1, 1;" in line]
-    assert len(pv) == cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V"
+    assert len(pv) == 2 * cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V, in the loop and after it"
     for form in ("ex2.approx.ftz.f32", "shfl.sync.bfly.b32", "cvt.rn.bf16x2.f32",
                  "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "cp.async.bulk.tensor.4d.global.shared::cta"):
         assert form in ptx, form

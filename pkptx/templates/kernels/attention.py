@@ -2,7 +2,9 @@
 one loader warp TMA-loads Q, K and V into 128-byte-swizzled shared memory on mbarrier rings; each
 consumer warpgroup owns 64 query rows of a block, computes S = Q·Kᵀ with wgmma from shared memory,
 runs the online softmax in registers with exp2 (scale·log2(e) folded in), and accumulates O += P·V with
-P from registers as wgmma's A operand. Q has two buffers, so the loader fetches the next task's Q
+P from registers as wgmma's A operand. The products of consecutive K/V blocks overlap: block j's
+Q·Kᵀ is issued before block j-1's P·V, and block j's softmax runs while that P·V is in flight
+(FlashAttention-3's intra-warpgroup overlap). Q has two buffers, so the loader fetches the next task's Q
 while the consumers finish the current one. A persistent grid walks (batch, head, query block) tasks:
 head by head for full attention (blocks of one head run together and share K/V in L2); for causal
 attention query block by query block, the longest first, so the static stride hands every block a mix
@@ -24,12 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, address, b8, f32, s32, u32, u64
+from ...isa import Param, Vec, address, b8, b32, f32, s32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..attention_parts import (BOX_COLS, BOX_ROWS, LN2, NEG_INF, ROWS, half_regs, k_box_offset, mask_columns,
-                               online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, v_box_offset)
+from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, half_regs, k_box_offset,
+                               mask_columns, online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, rescale,
+                               v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators, stage_of
 from ..lcsc import Buffer, Ring, Template
 
@@ -45,6 +48,7 @@ class Config:
     consumers: int = 2           # warpgroups of 64 query rows per block
     stages: int = 2
     q_stages: int = 2            # Q buffers: the next task's Q loads while this one runs
+    rebalance: bool = False      # setmaxnreg: the loader warpgroup's registers go to the consumers
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -83,7 +87,7 @@ class Config:
     @property
     def name(self) -> str:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
-                f"_q{self.q_stages}")
+                f"_q{self.q_stages}" + ("_r" if self.rebalance else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -100,7 +104,7 @@ def template(cfg: Config) -> Template:
                          Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024)),
         rings=(Ring("q_full", cfg.q_stages, 1), Ring("q_empty", cfg.q_stages, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
-        consumers=cfg.consumers, progress=False)       # no block waits on another
+        consumers=cfg.consumers, rebalance=cfg.rebalance, progress=False)   # no block waits on another
 
 
 def task_coords(ctx, task):
@@ -199,31 +203,65 @@ def roles(cfg: Config) -> dict:
         for o in o_acc:
             b.mov(f32, 0.0, into=o)
         scale_log2 = ctx.param("scale_log2")
-        for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
-            stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+        blocks = kv_blocks(ctx, cfg, first_row)
+
+        def ring_slot(name, it):
+            stage, phase = stage_of(b, it, cfg.stages)
+            return stage, phase, b.mad(u32, stage, cfg.kv_bytes, ctx.smem[name], mode="lo", name=f"{name}_tile")
+
+        def scores(s_acc, it):
+            """Issue S = Q·Kᵀ for the K block in ring slot ``it`` (committed, not waited)."""
+            stage, phase, k_tile = ring_slot("smem_k", it)
             wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
                         name="wait_k")
-            s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-            k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
             for db in range(d_boxes):
                 mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
                             b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
                             n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
-            b.wgmma_wait_group(0)
+
+        def softmax(j, s_acc, o):
+            """Mask block j's scores where it crosses a row's last key, then the online softmax."""
             key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
             partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
             with b.if_then(partial, uniform=True):
                 mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
-            online_softmax(b, s_acc, o_acc, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
-                           row_max=row_max, row_sum=row_sum)
-            p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
+            return online_softmax(b, s_acc, o, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
+                                  row_max=row_max, row_sum=row_sum)
+
+        def values(p_regs):
+            """Issue O += P·V for the V block in ring slot ``it``; returns the slot's stage."""
+            stage, phase, v_tile = ring_slot("smem_v", ctx.param("it"))
             wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
                         name="wait_v")
-            v_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_v"], mode="lo", name="v_tile")
             pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
-            b.wgmma_wait_group(0)
+            return stage
+
+        def release(stage):
             b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
+        # Block j's Q·Kᵀ is issued before block j-1's P·V and its softmax runs while that product is
+        # in flight; O is rescaled only once the product is done (wgmma groups complete in order).
+        with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
+            p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
+            s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+            scores(s_acc, ctx.param("it"))
+            b.wgmma_wait_group(0)
+            softmax(0, s_acc, None)                      # O is still zero: nothing to rescale
+            p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
+            for j in b.range(1, blocks, name="kv"):
+                s_next = b.regs(f32, cfg.block_k // 2, name="s")
+                scores(s_next, b.add(u32, ctx.param("it"), 1, name="it_next"))
+                stage = values(p_regs)
+                b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
+                corrections = softmax(j, s_next, None)
+                b.wgmma_wait_group(0)
+                release(stage)
+                rescale(b, o_acc, cfg.head_dim, corrections)
+                p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
+            stage = values(p_regs)
+            b.wgmma_wait_group(0)
+            release(stage)
         b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, q_stage), pred=lane0)
         finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head)
         b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
@@ -285,13 +323,11 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
 
 
 def default_config(dtype: str, head_dim: int) -> Config:
-    """The configuration the op launches: without setmaxnreg (nvJitLink ignores it, info C7504) a
-    consumer has 65536 / threads registers, so D=128 (64 accumulators each for S and O) fits 2
-    consumer warpgroups (168 registers) and D=64 fits 3 (128 registers), both without spills; at D=64 the
-    second Q buffer's addressing does not fit in 128 registers, so it has one."""
-    if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=2)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
+    """The configuration the op launches: two consumer warpgroups of 64 query rows. A consumer holds S
+    of the next block, O and P at once (:func:`roles`): at D=64 that fits the 168 registers a thread of
+    384 gets; at D=128 it needs setmaxnreg, which moves the loader warpgroup's registers to the
+    consumers (232 each; the kernel is then loaded through the driver's JIT, see Kernel.compile)."""
+    return Config(dtype=dtype, head_dim=head_dim, consumers=2, rebalance=head_dim == 128)
 
 
 def catalog():
