@@ -1,7 +1,10 @@
 """Time candidate attention configs against torch's cuDNN SDPA on a few shapes (H200 tuning aid):
 prints TFLOP/s and cuDNN time / pkptx time per (shape, causal, config); each output is checked first."""
+import faulthandler
 import os
 import sys
+
+faulthandler.dump_traceback_later(float(os.environ.get("PROBE_DUMP_S", "100")), exit=True)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402

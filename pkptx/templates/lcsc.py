@@ -26,6 +26,7 @@ from ..primitives.sync import Deadline
 from .progress import FLAGS, PARAMS as PROGRESS_PARAMS, take_ticket
 
 WARPGROUP = 128
+REGISTER_FILE = 65536       # 32-bit registers per SM (and the most one block may hold)
 WINDOW_SLACK = 1024
 Role = Callable[["Ctx", Reg], None]
 
@@ -92,7 +93,7 @@ class Template:
     rings: tuple[Ring, ...] = ()
     consumers: int = 2                   # consumer warpgroups per compute block
     producer_regs: int = 40
-    consumer_regs: int = 232
+    consumer_regs: int | None = None     # with rebalance; None: all the producer leaves (:attr:`consumer_budget`)
     rebalance: bool = False              # emit setmaxnreg (needs sm_90a)
     comm_threads: int | None = None      # threads per block when there is no compute side
     comm_first: bool = False             # communicators take the first tickets (they never wait)
@@ -120,6 +121,20 @@ class Template:
     @property
     def threads(self) -> int:
         return self.comm_threads or WARPGROUP * (1 + self.consumers)
+
+    @property
+    def consumer_budget(self) -> int:
+        """Registers per consumer thread after setmaxnreg: ``consumer_regs``, or the most (a multiple
+        of 8, at most 256) that the producer warpgroup's ``producer_regs`` leave of the SM's 64K.
+        Checked at build: a setmaxnreg.inc the register file cannot satisfy waits forever, and no
+        deadline can end it."""
+        most = min((REGISTER_FILE - WARPGROUP * self.producer_regs) // (WARPGROUP * self.consumers) // 8 * 8, 256)
+        regs = most if self.consumer_regs is None else self.consumer_regs
+        if regs > most or regs % 8 or self.producer_regs % 8 or not 24 <= self.producer_regs <= regs:
+            raise PTXBuildError(f"{self.name}: setmaxnreg budget {self.producer_regs} producer + "
+                                f"{self.consumers} x {regs} consumer registers per thread does not fit "
+                                f"{REGISTER_FILE} (multiples of 8; consumers at most {most})")
+        return regs
 
     def kernel_params(self) -> list[Param]:
         out = (list(self.params) + WorldParams.params() + Deadline.params() + [Param("num_comm_sms", u32)]
@@ -230,7 +245,7 @@ class Template:
                         self._walk(ctx, block, workers, num_tasks, role, lane, 32)
             with consumer_arm:
                 if self.rebalance:
-                    b.setmaxnreg("inc", self.consumer_regs)
+                    b.setmaxnreg("inc", self.consumer_budget)
                 if consumer is not None:
                     role_tid = b.sub(u32, ctx.tid, WARPGROUP, name="consumer_tid")
                     self._walk(ctx, block, workers, num_tasks, consumer, role_tid, WARPGROUP * self.consumers)

@@ -3,6 +3,8 @@ launch (and a few more), their PTX is deterministic and has the intended instruc
 every argument of pkptx.attention / attention_merge is checked before any GPU work."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pkptx.catalog import KERNEL_MODULES
@@ -11,28 +13,17 @@ from pkptx.ops.attention import AttentionArgumentError, check_attention, check_m
 from pkptx.templates.kernels import attention as kernel
 from pkptx.templates.kernels import attention_merge as merge
 from pkptx.toolchain import assemble
+from tests.helpers.assemble import consumer_budget_log
 
 LAUNCHED = [kernel.default_config(dtype, d) for dtype in ("bf16", "f16") for d in (64, 128)]
 MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
-        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1),
-        kernel.Config(head_dim=64, consumers=3, q_stages=1, rebalance=True)]
-
-
-def consumer_budget_ptx(cfg) -> str:
-    """The PTX of a rebalanced config as ptxas would see it with every thread at the consumers' register
-    budget: nvJitLink drops setmaxnreg (the driver's JIT, which loads these kernels, keeps it), so this
-    is how a CPU checks that the consumers fit."""
-    tmpl = kernel.template(cfg)
-    lines = [line for line in kernel.build(cfg).render().splitlines() if "setmaxnreg" not in line]
-    bound = f".maxntid {tmpl.threads}, 1, 1"
-    assert bound in lines
-    return "\n".join(f".maxnreg {tmpl.consumer_regs}" if line == bound else line for line in lines)
+        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True)]
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
 def test_attention_assembles_without_spills(cfg):
-    ptx = consumer_budget_ptx(cfg) if cfg.rebalance else kernel.build(cfg).render()
-    cubin = assemble(ptx, "sm_90a", use_cache=False)
+    built = kernel.build(cfg)
+    cubin = consumer_budget_log(built) if cfg.rebalance else assemble(built.render(), "sm_90a", use_cache=False)
     assert cubin.resources.spills == 0 and cubin.resources.stack_bytes == 0, (cfg.name, cubin.resources)
     assert "C75" not in cubin.log, cubin.log       # no serialised wgmma, no ignored setmaxnreg
 
@@ -204,3 +195,15 @@ def test_merge_host_path(fake_gpu):
     assert (args["vectors"], args["row_vectors"], args["heads"], args["seq"]) == (2 * 50 * 4 * 8, 8, 4, 50)
     with pytest.raises(AttentionArgumentError, match="must not be lse_a"):
         pkptx.attention_merge(oa, la, ob, lb, lse=la)
+
+
+@pytest.mark.parametrize("consumers,expected", [(1, 256), (2, 232), (3, 152)])
+def test_rebalance_budget_fits_the_register_file(consumers, expected):
+    """setmaxnreg.inc waits forever for registers the SM does not have: the budget is derived, and a
+    given one that does not fit is refused at build."""
+    cfg = kernel.Config(head_dim=64, consumers=consumers, q_stages=1, rebalance=True)
+    tmpl = kernel.template(cfg)
+    assert tmpl.consumer_budget == expected
+    assert 128 * tmpl.producer_regs + 128 * consumers * expected <= 65536
+    with pytest.raises(PTXBuildError, match="does not fit"):
+        dataclasses.replace(tmpl, consumer_regs=expected + 8).build(**kernel.roles(cfg))

@@ -132,3 +132,14 @@ def test_default_outputs_and_dlpack_inputs(gpu):
     err = np.linalg.norm(got - want) / np.linalg.norm(want)
     print(f"attention {c} (out=None, DLPack): rel err {err:.2e}")
     assert err <= BOUND
+
+
+@pytest.mark.parametrize("dtype,dim", [(t, d) for t in ("bf16", "f16") for d in (64, 128)])
+def test_launched_kernels_do_not_spill(gpu, dtype, dim):
+    """The configs the op launches, as loaded (the driver's JIT for setmaxnreg ones): no local memory."""
+    from pkptx.launch import Device
+    from pkptx.ops.common import load
+    cfg = kernel.default_config(dtype, dim)
+    fn = load(kernel.build, cfg, Device.current()).function
+    print(f"{cfg.name}: {fn.num_regs} registers at entry, {fn.local_bytes} local bytes")
+    assert fn.local_bytes == 0, (cfg.name, fn.local_bytes)
