@@ -49,6 +49,7 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
     """(name, command, time limit, extra environment) per benchmark step. Under MPS the multi-rank
     steps run at 2 and 4 ranks on equal SM shares."""
     q = ["--quick"] if quick else []
+    plots = Path(os.environ.get("OUT", ROOT / "probe" / "out")) / "bench"      # the CLI's CSV, JSON and PNG
     share = (lambda n: {"PKPTX_MPS_SHARES": ",".join([str(100 // n)] * n)}) if mps else (lambda n: {})
     coll = lambda n, top: (f"bench_collectives -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_collectives",  # noqa
                                                          "--record", "--max-bytes", str(1 << top)], 150, share(n))
@@ -59,13 +60,22 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
     return [("doctor", [sys.executable, "-m", "pkptx", "doctor"], 120, {}),
             ("bench_attention", [sys.executable, "-m", "pkptx.bench.bench_attention", "--record", *q], 300, {}),
             ("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
-            ("bench_gemm", [sys.executable, "-m", "pkptx.bench.bench_gemm", "--record", *q], 300, {}),
+            ("bench_gemm", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm"), "--record",
+                            *q], 300, {}),
             ("bench_tma", [sys.executable, "-m", "pkptx.bench.bench_tma", "--record", *q], 100, {}),
             coll(1, 24 if quick else 28), fused(1, "2048,4096,8192,16384"), *multi]
 
 
+_END: float | None = None      # --total-s
+
+
 def run(cmd: list[str], log: Path, timeout: int, extra_env: dict | None = None) -> tuple[int, str, float]:
     t0 = time.time()
+    if _END is not None:
+        timeout = int(min(timeout, _END - t0))
+        if timeout < 10:
+            log.write_text("skipped: the --total-s budget is spent\n")
+            return 125, "skipped: --total-s budget spent", 0.0
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PKPTX_DISABLE_MULTICAST="1",
                **(extra_env or {}))
     try:
@@ -99,7 +109,12 @@ def main() -> int:
     ap.add_argument("--only", choices=("tests", "bench"))
     ap.add_argument("--mps", action="store_true", help="run everything under a private MPS daemon")
     ap.add_argument("--steps", help=f"comma-separated step names (default: ${BUDGET_ENV}, else all)")
+    ap.add_argument("--total-s", type=float, default=None,
+                    help="wall-clock budget for all steps: each step's limit is cut to what is left, and a step "
+                         "with under 10 s left is skipped (so the table and logs always come back)")
     args = ap.parse_args()
+    global _END
+    _END = time.time() + args.total_s if args.total_s else None
     if os.environ.get("PKPTX_DISABLE_MULTICAST") != "1":
         print("refusing to run: set PKPTX_DISABLE_MULTICAST=1 on shared GPU machines")
         return 2
