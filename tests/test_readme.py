@@ -2,7 +2,6 @@
 where a GPU answers), and its test command is the one CI runs."""
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -144,12 +143,9 @@ def test_the_manifest_alone_launches_exactly_the_kernels_the_readme_names():
 @pytest.mark.mpi
 def test_host_api_example_runs_on_two_ranks(gpu):
     """The README's host-API snippet runs as its section says: ``mpiexec -n 2 python examples/host_apis.py``."""
+    from tests.helpers import mpi
     from tests.helpers.gpu import rank_env
-    from tests.launch.mpi_programs import launcher
-    if launcher.find_launcher() is None:
-        pytest.skip("no mpiexec/mpirun to start the ranks")
-    example = os.path.relpath(ROOT / "examples" / "host_apis.py", launcher.PROGRAMS)
-    proc, _ = launcher.run(2, example, env=rank_env(), timeout=600)
+    proc, _ = mpi.run(2, ROOT / "examples" / "host_apis.py", env=rank_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in range(2):
         assert f"rank {rank} of 2: all calls done" in proc.stdout, proc.stdout[-3000:]

@@ -17,11 +17,11 @@ import time
 
 from mpi4py import MPI
 
-from fake_cuda import FakeDriver
-from launcher import report, unlink_mpi_shared_memory
 from pkptx.errors import WorldError
 from pkptx.launch.symmetric import SymmetricHeap
 from pkptx.launch.world import World
+from tests.launch.mpi_programs.fake_cuda import FakeDriver
+from tests.helpers.mpi import report, unlink_mpi_shared_memory
 
 where, timeout = sys.argv[1], float(sys.argv[2])
 rank = MPI.COMM_WORLD.Get_rank()
