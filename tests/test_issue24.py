@@ -15,8 +15,9 @@ module's fixtures or programs; the rest are here.
 - Accepted though no launch can use them: test_declarations_no_launch_can_use,
   test_the_manifest_holds_validated_values
 - MPI: launch/test_world_cpu.py::test_rank_killed_during_setup_is_named_within_the_timeout_and_survivors_exit
-  (MPICH -disable-auto-cleanup; a rank ends, or is killed with SIGKILL, and the survivors name it and exit
-  through the lost-world path, no os._exit in the program), ::test_late_arrival_at_an_abandoned_barrier_raises
+  (MPICH -disable-auto-cleanup: a rank dies before the world, after it (with the launcher's SIGUSR1 notice) or
+  inside the heap setup; the survivors name it at the timeout and exit with status 1, or world.abort's, with no
+  os._exit in the program), ::test_late_arrival_at_an_abandoned_barrier_raises
 - README: test_readme.py::test_gpu_machine_commands_use_the_venv_and_exist (gpu_check through the venv, no
   bare mpirun), ::test_the_manifest_alone_launches_exactly_the_kernels_the_readme_names,
   ::test_host_api_snippet_is_the_example_and_uses_only_defined_names_and_real_signatures,
