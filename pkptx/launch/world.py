@@ -336,8 +336,8 @@ class World:
     def abort(self, status: int = LOST_EXIT_STATUS) -> NoReturn:
         """End this rank now with exit ``status``: flush stdout and stderr, then leave (``os._exit``).
         MPI_Finalize, which would wait for a dead rank forever, and every later exit handler and closer
-        are skipped; the process's memory
-        and GPU handles go with it. Other ranks are not ended: they learn at their own timeout."""
+        are skipped; the process's memory and GPU handles go with it. Other ranks are not ended: they
+        learn at their own timeout."""
         if isinstance(status, bool) or not isinstance(status, int) or not 0 <= status <= 255:
             raise WorldError(f"World.abort(status={status!r}): expected an int exit status in 0..255")
         _end_process(status, f"World.abort({status}) on rank {self.rank}" +
