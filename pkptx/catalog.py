@@ -1,27 +1,31 @@
 """Every kernel pkptx ships, at representative configurations, for ``python -m pkptx build``.
 
-Each module listed here has a ``catalog()`` returning built (not yet assembled) Kernel objects.
+Each module of ``pkptx/templates/kernels/`` holds one operator and a ``catalog()`` returning built (not
+yet assembled) Kernel objects. The modules are found in that folder, not listed, so a new kernel module
+is built, assembled and tested without editing this file.
 """
 from __future__ import annotations
 
+import pkgutil
 from importlib import import_module
 
-KERNEL_MODULES = (
-    "pkptx.templates.kernels.copy",
-    "pkptx.templates.kernels.all_reduce",
-    "pkptx.templates.kernels.all_gather",
-    "pkptx.templates.kernels.reduce_scatter",
-    "pkptx.templates.kernels.all_to_all",
-    "pkptx.templates.kernels.gemm",
-    "pkptx.templates.kernels.gemm_rs",
-    "pkptx.templates.kernels.ag_gemm",
-    "pkptx.templates.kernels.gemm_ar",
-    "pkptx.templates.kernels.attention",
-    "pkptx.templates.kernels.attention_merge",
-)
+from .errors import PkptxError
+from .templates import kernels as _kernels
+
+
+def _discover() -> tuple[str, ...]:
+    return tuple(sorted(f"{_kernels.__name__}.{m.name}" for m in pkgutil.iter_modules(_kernels.__path__)
+                        if not m.ispkg))
+
+
+KERNEL_MODULES = _discover()
 
 
 def kernels():
-    """Yield every catalogued Kernel, module by module."""
+    """Yield every catalogued Kernel, module by module (in module-name order)."""
     for name in KERNEL_MODULES:
-        yield from import_module(name).catalog()
+        module = import_module(name)
+        if not callable(getattr(module, "catalog", None)):
+            raise PkptxError(f"{name} has no catalog(): every module in pkptx/templates/kernels/ is one "
+                             "operator and yields the kernels `pkptx build` assembles")
+        yield from module.catalog()

@@ -4,10 +4,10 @@ so the GPU checks, the P2P table, the multicast gate and the two-process IPC/VMM
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from cuda.bindings import driver as cu
@@ -18,9 +18,9 @@ from pkptx import __main__ as cli
 from pkptx import doctor, doctor_sharing
 from pkptx.launch.multicast import DISABLING_ENV
 from tests.helpers.gpu import probe as gpu_probe
+from tests.helpers.mpi import REPO
 from tests.launch.mpi_programs.fake_cuda import FakeDriver
 
-PROGRAMS = Path(__file__).resolve().parent / "launch" / "mpi_programs"
 OK = cu.CUresult.CUDA_SUCCESS
 ATTR = cu.CUdevice_attribute
 P2P = cu.CUdevice_P2PAttribute
@@ -235,10 +235,11 @@ def test_exclusive_process_gpus_warn(machine):
     assert lines[1].fix.startswith("nvidia-smi -i 1 -c DEFAULT")
 
 
-def test_ipc_and_vmm_sharing_with_a_child_process(machine):
+def test_ipc_and_vmm_sharing_with_a_child_process(machine, monkeypatch):
     fake = machine(devices=1)
-    child = (sys.executable, "-c", f"import sys; sys.path.insert(0, {str(PROGRAMS)!r}); "
-             "from fake_cuda import FakeDriver; FakeDriver().install(); "
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    child = (sys.executable, "-c", "import sys; "
+             "from tests.launch.mpi_programs.fake_cuda import FakeDriver; FakeDriver().install(); "
              "from pkptx.doctor_sharing import child; sys.exit(child(sys.argv[1:]))")
     found = doctor_sharing.check_sharing(child)
     assert [(name, ok) for name, ok, _, _ in found] == [("ipc", True), ("vmm-fd", True)], found

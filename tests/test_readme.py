@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.helpers.gpu import gpu  # noqa: F401  (the shared GPU fixture)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -133,3 +137,15 @@ def test_the_manifest_alone_launches_exactly_the_kernels_the_readme_names():
     assert copies and all(names[n] == documented for n in copies)
     # every other kernel takes some argument the paragraph does not describe
     assert all(set(params) - set(documented) for n, params in names.items() if n not in copies)
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+def test_host_api_example_runs_on_two_ranks(gpu):
+    """The README's host-API snippet runs as its section says: ``mpiexec -n 2 python examples/host_apis.py``."""
+    from tests.helpers import mpi
+    from tests.helpers.gpu import rank_env
+    proc, _ = mpi.run(2, ROOT / "examples" / "host_apis.py", env=rank_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rank in range(2):
+        assert f"rank {rank} of 2: all calls done" in proc.stdout, proc.stdout[-3000:]

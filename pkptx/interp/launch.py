@@ -25,7 +25,10 @@ class Launch:
         self.cluster = dims(cluster or kernel.cluster or 1, "cluster")
         if any(g % c for g, c in zip(self.grid, self.cluster)):
             raise LaunchError(f"grid {self.grid} is not a multiple of the cluster shape {self.cluster}")
-        limit = kernel.req_threads or kernel.max_threads
+        if kernel.req_threads and self.block != kernel.req_threads:
+            raise LaunchError(f"kernel {kernel.name} is written for a block of exactly {kernel.req_threads} "
+                              f"(.reqntid), got block {self.block}")
+        limit = kernel.max_threads
         if limit and np.prod(self.block) > np.prod(limit):
             raise LaunchError(f"kernel {kernel.name} allows {int(np.prod(limit))} threads per block, block "
                               f"{self.block} has {int(np.prod(self.block))}")

@@ -11,9 +11,14 @@ ranks that it gave up (a notice naming the collective and its sequence number), 
 arrives late at the abandoned collective, or at any later one, raises instead of passing it. A
 process whose world was lost must not reach MPI_Finalize, which waits for every rank, the dead one
 included, forever: at exit (after the exit handlers registered after pkptx was imported, World
-closers included) it ends itself with MPI_Abort on MPI_COMM_SELF and exit status 1. Only that
+closers included) it ends itself with exit status 1, flushing stdout and stderr first. Only that
 process ends (with MPICH; Open MPI's mpirun may end the rest of the job with it). Call
 :meth:`World.abort` to leave at once with a status of your choice.
+
+MPICH's launcher run with ``-disable-auto-cleanup`` tells the surviving ranks that a process died by
+sending them SIGUSR1, whose default action ends a Python process at once, silently. Where SIGUSR1 still
+has its default action, World() notes the signal instead, so the survivors live to name the dead rank
+at the timeout (the message says the launcher reported a failure).
 """
 from __future__ import annotations
 
@@ -23,8 +28,10 @@ import os
 import pickle
 import re
 import secrets
+import signal
 import struct
 import sys
+import threading
 import time
 import warnings
 from typing import Any, Callable, Iterable, Iterator, NoReturn
@@ -56,15 +63,28 @@ _lost: list[str] = []  # why a world of this process lost a rank: leave without 
 
 
 def _end_process(status: int, why: str) -> NoReturn:
-    """Flush, say why on stderr, and end this process only, skipping MPI_Finalize."""
+    """Flush, say why on stderr, and end this process only, skipping MPI_Finalize. Not MPI_Abort, even
+    on MPI_COMM_SELF: MPICH's launcher answers any abort by killing every rank of the job, survivors
+    that have not yet reported included."""
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.write(f"pkptx: pid {os.getpid()} ends with status {status} without MPI_Finalize: {why}\n")
         sys.stderr.flush()
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.COMM_SELF.Abort(status)
     os._exit(status)
+
+
+_failure_notices: list[float] = []  # when the launcher signalled that some process of the job failed
+
+
+def _note_failure_notice(signum, frame) -> None:
+    _failure_notices.append(time.monotonic())
+
+
+def _heed_failure_notices() -> None:
+    """Note MPICH's SIGUSR1 failure notices rather than die of them (see the module docstring); a
+    handler someone else installed is left alone, and only the main thread may install one."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        signal.signal(signal.SIGUSR1, _note_failure_notice)
 
 
 @atexit.register
@@ -110,6 +130,7 @@ class World:
         except ImportError as exc:
             raise WorldError("World() needs mpi4py (pip install mpi4py); "
                              "World.single() runs one rank without MPI") from exc
+        _heed_failure_notices()
         base = MPI.COMM_WORLD if comm is None else comm
         self._setup(MPI, base.Get_rank(), base.Get_size(), timeout)
         token = secrets.token_hex(8) if self.rank == 0 else ""
@@ -231,9 +252,10 @@ class World:
             self._heed_notices(comm, notice_tag, what, pending)
             if time.monotonic() >= deadline:
                 arrived = set(range(n)) - pending
+                told = "; the MPI launcher reported a failed process (SIGUSR1)" if _failure_notices else ""
                 self._give_up(comm, notice_tag, what, limit, pending,
                               f"{what}: {format_ranks(pending)} did not arrive within {limit:g} s "
-                              f"(seen from rank {me} of {n}; {format_ranks(arrived)} arrived)")
+                              f"(seen from rank {me} of {n}; {format_ranks(arrived)} arrived){told}")
             time.sleep(pause)
             pause = min(2 * pause, _MAX_PAUSE)
         if elsewhere:
@@ -312,10 +334,10 @@ class World:
         return self._broken
 
     def abort(self, status: int = LOST_EXIT_STATUS) -> NoReturn:
-        """End this rank now with exit ``status``: flush stdout and stderr, then MPI_Abort on
-        MPI_COMM_SELF (``os._exit`` for a world without MPI). MPI_Finalize, which would wait for a
-        dead rank forever, and every later exit handler and closer are skipped; the process's memory
-        and GPU handles go with it. Other ranks are not ended: they learn at their own timeout."""
+        """End this rank now with exit ``status``: flush stdout and stderr, then leave (``os._exit``).
+        MPI_Finalize, which would wait for a dead rank forever, and every later exit handler and closer
+        are skipped; the process's memory and GPU handles go with it. Other ranks are not ended: they
+        learn at their own timeout."""
         if isinstance(status, bool) or not isinstance(status, int) or not 0 <= status <= 255:
             raise WorldError(f"World.abort(status={status!r}): expected an int exit status in 0..255")
         _end_process(status, f"World.abort({status}) on rank {self.rank}" +

@@ -141,6 +141,14 @@ def _same_dtype(fn: str, dtype, out_dtype) -> str:
     return name
 
 
+def _world(fn: str, world_size, rank) -> None:
+    """The plans divide by ``world_size`` and index by ``rank``: refuse what no world has."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ArgumentError(f"{fn}: world_size={world_size!r}: expected an int >= 1")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ArgumentError(f"{fn}: rank={rank!r}: expected an int in 0..{world_size - 1}")
+
+
 def _divisible(fn: str, shape, dim: int, world_size: int, what: str) -> None:
     if shape[dim] % world_size:
         raise ArgumentError(f"{fn}: {what} {shape}[{dim}] = {shape[dim]} must be a multiple of the world "
@@ -183,6 +191,7 @@ def check_all_gather(shape, dtype, out_shape, out_dtype, world_size: int, rank: 
     output's, the shard its slot ``rank``) and plan it: (kernel Config, this rank's RunMap in units).
     ``multicast``: the output has a multicast mapping. Raises ArgumentError; needs no GPU."""
     fn, shape = "all_gather", tuple(shape)
+    _world(fn, world_size, rank)
     _same_dtype(fn, dtype, out_dtype)
     d = _dim(fn, "dim", dim, len(shape))
     if in_place:
@@ -204,6 +213,7 @@ def check_reduce_scatter(shape, dtype, out_shape, out_dtype, world_size: int, ra
     result lands in slot ``rank`` of the input) and plan it: (kernel Config, this rank's RunMap in
     units). ``multicast``: the input has a multicast mapping. Raises ArgumentError; needs no GPU."""
     fn, shape = "reduce_scatter", tuple(shape)
+    _world(fn, world_size, rank)
     name = _same_dtype(fn, dtype, out_dtype)
     if op not in OPS:
         raise ArgumentError(f"{fn}: op must be one of {OPS}, got {op!r}")
@@ -224,6 +234,7 @@ def check_all_to_all(shape, dtype, out_shape, out_dtype, world_size: int, rank: 
     """Check an all-to-all of ``shape`` into ``out_shape`` and plan it: (kernel Config, this rank's
     RunMap in units). Raises ArgumentError; needs no GPU."""
     fn, shape = "all_to_all", tuple(shape)
+    _world(fn, world_size, rank)
     _same_dtype(fn, dtype, out_dtype)
     if in_place:
         raise ArgumentError(f"{fn}: out must be a separate buffer (peers write into it while this rank "

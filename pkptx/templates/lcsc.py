@@ -158,7 +158,8 @@ class Template:
             raise PTXBuildError(f"{self.name}: a communicator needs comm_tasks")
         if has_compute and self.comm_threads:
             raise PTXBuildError(f"{self.name}: comm_threads is for kernels without compute roles")
-        k = Kernel(self.name, self.kernel_params(), max_threads=self.threads, min_blocks=1,
+        # .reqntid, not .maxntid: the roles assume every thread is there, so launchers refuse a smaller block
+        k = Kernel(self.name, self.kernel_params(), req_threads=self.threads, min_blocks=1,
                    target="sm_90a" if self.rebalance else None, dynamic_smem=self.dynamic_smem)
         b = k.builder()
         ctx = self._context(k, b)

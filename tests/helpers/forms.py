@@ -58,12 +58,14 @@ def emitted_keys(kernel: Kernel) -> set[str]:
 
 @dataclass(frozen=True)
 class EmitCall:
-    """One recorded ``Builder.emit`` call: enough to replay (or corrupt) it in the same kernel."""
+    """One recorded ``Builder.emit`` call: enough to replay (or corrupt) it in the same kernel, and the
+    PTX line it emitted."""
     key: str
     operands: tuple
     types: tuple
     pred: object
     mods: dict
+    line: str
 
 
 def record_group(form_group: FormGroup, arch: str = "sm_90a"):
@@ -75,7 +77,7 @@ def record_group(form_group: FormGroup, arch: str = "sm_90a"):
 
     def recording(self, key, *operands, types=(), pred=None, **mods):
         ins = original(self, key, *operands, types=types, pred=pred, **mods)
-        calls.append(EmitCall(key, operands, tuple(types), pred, dict(mods)))
+        calls.append(EmitCall(key, operands, tuple(types), pred, dict(mods), ins.render()))
         return ins
 
     Builder.emit = recording

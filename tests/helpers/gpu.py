@@ -27,6 +27,25 @@ def gpu():
     return Device(0).set_current()
 
 
+LOADER_TEXT = '"cuda" is an NVIDIA driver library and can only be found via system search.'
+
+
+@pytest.fixture
+def no_driver_library(monkeypatch):
+    """cuda.bindings as it behaves where libcuda cannot be found (the CPU machines): its first call raises."""
+    from cuda.bindings import driver as cu
+    from cuda.pathfinder import DynamicLibNotFoundError
+
+    import pkptx.launch.driver as pkdriver
+    from pkptx.launch import Device
+
+    def missing(*args):
+        raise DynamicLibNotFoundError(LOADER_TEXT)
+    monkeypatch.setattr(cu, "cuInit", missing)
+    monkeypatch.setattr(pkdriver, "_initialised", False)
+    monkeypatch.setattr(Device, "_instances", {})
+
+
 def rank_env(**extra) -> dict:
     """The environment of MPI test ranks: multicast off, and every rank on GPU 0 (several processes on
     one GPU are real ranks) unless ``PKPTX_TEST_DEVICES`` lists the GPUs to spread them over, as the

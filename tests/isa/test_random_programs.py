@@ -42,10 +42,14 @@ def recorded():
 
 
 def test_recorded_forms_replay_cleanly():
-    """The corruption test below is only meaningful if the uncorrupted calls are valid."""
-    for sb, call in recorded()[::7]:
-        sb.b.emit(call.key, *call.operands, types=call.types, pred=call.pred, **call.mods)
+    """The corruption test below is only meaningful if the uncorrupted calls are valid: each replays
+    into its kernel without an error and emits the very line it emitted when recorded."""
+    calls = recorded()
+    assert len(calls) > 500
+    for sb, call in calls:
+        replayed = sb.b.emit(call.key, *call.operands, types=call.types, pred=call.pred, **call.mods)
         sb.k.body.pop()
+        assert replayed.render() == call.line, call
 
 
 @settings(max_examples=400)

@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda.bindings import driver as cu
 from cuda.pathfinder import DynamicLibNotFoundError
 
-import pkptx.launch.driver as pkdriver
 from pkptx.errors import CudaError, DriverUnavailableError, PkptxError
 from pkptx.launch import Device, empty, from_numpy
-from tests.helpers.gpu import probe
+from tests.helpers.gpu import LOADER_TEXT, no_driver_library, probe  # noqa: F401  (a fixture)
 
-LOADER_TEXT = '"cuda" is an NVIDIA driver library and can only be found via system search.'
 ENTRY_POINTS = {"Device(0)": lambda: Device(0), "from_numpy": lambda: from_numpy(np.zeros(3, np.float32)),
                 "empty": lambda: empty((2, 2), "float32"), "Device.current()": Device.current}
-
-
-@pytest.fixture
-def no_driver_library(monkeypatch):
-    """cuda.bindings as it behaves where libcuda cannot be found: its first call raises."""
-    def missing(*args):
-        raise DynamicLibNotFoundError(LOADER_TEXT)
-    monkeypatch.setattr(cu, "cuInit", missing)
-    monkeypatch.setattr(pkdriver, "_initialised", False)
-    monkeypatch.setattr(Device, "_instances", {})
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mpi_programs.fake_cuda import FakeDriver
+from tests.launch.mpi_programs.fake_cuda import FakeDriver
 from pkptx.launch import ArrayError, DeviceArray
 
 DTYPES = [np.uint8, np.int8, np.bool_, np.float16, ml_dtypes.bfloat16, np.int16, np.float32, np.int32, np.uint32,

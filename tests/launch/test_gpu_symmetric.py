@@ -3,21 +3,22 @@ multicast requested but switched off for the launched ranks by PKPTX_DISABLE_MUL
 Each rank checks every peer's copy through its peer views, exactly (mpi_programs/gpu_symmetric_program.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.helpers import mpi
 from tests.helpers.gpu import rank_env, world_sizes
 
-from mpi_programs import launcher
+PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "gpu_symmetric_program.py"
 
 
 @pytest.mark.gpu
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", world_sizes([2, 4]))
 def test_every_rank_reads_every_peer_exactly_on_one_gpu(gpu, ranks):
-    if launcher.find_launcher() is None:
-        pytest.skip("no mpiexec/mpirun to start the ranks")
     env = rank_env(PKPTX_EXPECT_RANKS=str(ranks))
-    proc, results = launcher.run(ranks, "gpu_symmetric_program.py", env=env, timeout=300)
+    proc, results = mpi.run(ranks, PROGRAM, env=env, timeout=300)
     output = proc.stdout[-4000:] + proc.stderr[-4000:]
     assert sorted(results) == list(range(ranks)), output
     for rank in range(ranks):

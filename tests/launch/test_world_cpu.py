@@ -14,20 +14,18 @@ from cuda.bindings import driver as cu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpi_programs import launcher
-from mpi_programs.fake_cuda import FakeDriver
 from pkptx.errors import CudaError, PkptxError, WorldError
 from pkptx.launch.multicast import DISABLING_ENV, multicast_policy
 from pkptx.launch.symmetric import SymmetricHeap, _FirstFit, check_agreement
 from pkptx.launch.vmm import Transaction
 from pkptx.launch.world import World, choose_device
+from tests.helpers import mpi
+from tests.launch.mpi_programs.fake_cuda import FakeDriver
 
 MULTICAST_CALLS = ("cuMulticastCreate", "cuMulticastGetGranularity", "cuMulticastAddDevice",
                    "cuMulticastBindMem", "cuMulticastUnbind", "cuDeviceGetAttribute", "cuDeviceGetUuid")
 EVERY_DRIVER_CALL = tuple(n for n in dir(cu) if n.startswith("cu") and callable(getattr(cu, n)))
-LAUNCHER = launcher.find_launcher()
-needs_mpiexec = pytest.mark.skipif(LAUNCHER is None, reason="no mpiexec/mpirun next to "
-                                   f"{sys.executable} or on PATH (pip install mpich)")
+PROGRAMS = Path(__file__).resolve().parent / "mpi_programs"
 
 
 @pytest.fixture
@@ -277,9 +275,7 @@ def test_heap_bad_requests_and_full_heap(monkeypatch, fake_driver):
 
 @pytest.fixture(scope="module")
 def three_ranks():
-    if LAUNCHER is None:
-        pytest.skip("no mpiexec/mpirun (pip install mpich)")
-    proc, results = launcher.run(3, "world_program.py", timeout=120)
+    proc, results = mpi.run(3, PROGRAMS / "world_program.py", timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert sorted(results) == [0, 1, 2], proc.stdout + proc.stderr
     for rank, sections in results.items():
@@ -393,12 +389,11 @@ def test_ranks_in_different_collectives_are_told_where_each_is(three_ranks):
         assert diverged["after"][0] == "WorldError" and "unusable" in diverged["after"][1]
 
 
-@needs_mpiexec
 @pytest.mark.mpi
 def test_gpu_program_over_the_fake_drivers_shared_memory():
     """The GPU test's own program, on host shared memory: its logic runs in CPU CI too."""
     env = {"PKPTX_TEST_FAKE_DRIVER": "1", "PKPTX_DISABLE_MULTICAST": "1", "PKPTX_EXPECT_RANKS": "3"}
-    proc, results = launcher.run(3, "gpu_symmetric_program.py", env=env, timeout=120)
+    proc, results = mpi.run(3, PROGRAMS / "gpu_symmetric_program.py", env=env, timeout=120)
     assert sorted(results) == [0, 1, 2], proc.stdout[-4000:] + proc.stderr[-4000:]
     for rank in range(3):
         assert results[rank]["setup"]["ok"]
@@ -407,14 +402,14 @@ def test_gpu_program_over_the_fake_drivers_shared_memory():
     assert proc.returncode == 0
 
 
-@needs_mpiexec
 @pytest.mark.mpi
-@pytest.mark.parametrize("where", ["world", "heap"])
+@pytest.mark.parametrize("where", ["world", "barrier", "heap"])
 def test_rank_killed_during_setup_is_named_within_the_timeout_and_survivors_exit(where):
     """The launcher keeps the survivors alive; they name the dead rank, then end on their own (the
-    program has no os._exit: a hang in MPI_Finalize would run into the launcher's timeout)."""
+    program has no os._exit: a hang in MPI_Finalize would run into the launcher's timeout). The
+    SIGUSR1 that MPICH's launcher sends the survivors of a killed rank is noted, not fatal."""
     timeout = 2.0
-    proc, results = launcher.run(3, "kill_program.py", where, str(timeout), timeout=60,
+    proc, results = mpi.run(3, PROGRAMS / "kill_program.py", where, str(timeout), timeout=60,
                                  survive_dead_ranks=True)
     assert sorted(results) == [0, 1], proc.stdout[-4000:] + proc.stderr[-4000:]
     seconds = []
@@ -427,13 +422,14 @@ def test_rank_killed_during_setup_is_named_within_the_timeout_and_survivors_exit
     status = 3 if where == "heap" else 1
     assert proc.returncode == status, proc.stderr[-4000:]
     assert proc.stderr.count(f"ends with status {status} without MPI_Finalize") == 2, proc.stderr[-4000:]
+    if where == "barrier":
+        assert "the MPI launcher reported a failed process (SIGUSR1)" in proc.stderr, proc.stderr[-4000:]
 
 
-@needs_mpiexec
 @pytest.mark.mpi
 def test_late_arrival_at_an_abandoned_barrier_raises():
     timeout = 1.0
-    proc, results = launcher.run(3, "late_program.py", str(timeout), timeout=60, survive_dead_ranks=True)
+    proc, results = mpi.run(3, PROGRAMS / "late_program.py", str(timeout), timeout=60, survive_dead_ranks=True)
     assert sorted(results) == [0, 1, 2], proc.stdout[-4000:] + proc.stderr[-4000:]
     for r in (0, 1):
         seen = results[r]["late"]

@@ -5,19 +5,14 @@ probe's reason (driver library missing, cuInit failing, no device) when no CUDA 
 """
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import mpi
 from tests.helpers.gpu import gpu, rank_env  # noqa: F401  (gpu: the shared fixture, skips with the probe's reason)
 
-HERE = Path(__file__).resolve().parent
-PROGRAMS = HERE / "programs"
-for path in (PROGRAMS, HERE.parent / "launch"):     # prim_kernels / harness, and mpi_programs.launcher
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 # Every program runs the unicast forms, on GPU 0 unless PKPTX_TEST_DEVICES spreads the ranks.
 PROGRAM_ENV = rank_env(PYTHONUNBUFFERED="1")
@@ -27,12 +22,9 @@ PROGRAM_ENV = rank_env(PYTHONUNBUFFERED="1")
 def mpi_run(gpu):
     """``mpi_run(ranks, program, *args, env=..., timeout=...)`` -> (CompletedProcess, results by rank),
     a program of tests/primitives/programs under the MPI launcher at hand (skips without one)."""
-    from mpi_programs import launcher
-    if launcher.find_launcher() is None:
-        pytest.skip("no mpiexec/mpirun to start the ranks")
+    mpi.launcher_or_skip()
 
     def run(ranks: int, program: str, *args: str, env: dict | None = None, timeout: float = 300):
-        rel = os.path.relpath(PROGRAMS / program, launcher.PROGRAMS)
-        return launcher.run(ranks, rel, *args, env={**PROGRAM_ENV, **(env or {})}, timeout=timeout,
-                            survive_dead_ranks=True)
+        return mpi.run(ranks, PROGRAMS / program, *args, env={**PROGRAM_ENV, **(env or {})}, timeout=timeout,
+                       survive_dead_ranks=True)
     return run

@@ -60,4 +60,7 @@ def test_rank1_tensor_map_encodes(gpu):
 
     from pkptx.launch import TensorMap, empty
     buf = empty((256,), np.float32)
-    TensorMap.tiled(buf, box=(16,))
+    tmap = TensorMap.tiled(buf, box=(16,))
+    assert len(tmap.data) == TensorMap.SIZE and any(tmap.data)
+    assert tmap.spec.dims == (256,) and tmap.spec.strides == () and tmap.box_bytes == 64
+    assert TensorMap.tiled(buf, box=(32,)).data != tmap.data       # the driver encoded the box it was given

@@ -25,8 +25,8 @@ from pkptx.isa import Kernel, Scope, Sem, address, b32, u32
 from pkptx.primitives import wait_parity
 from pkptx.primitives.p2p import load_async, store_async
 from pkptx.primitives.sync import barrier, publish_async_writes, signal, signal_all, wait
+from tests.primitives.programs import prim_kernels as PK
 
-import prim_kernels as PK
 import ptxscan as S
 from scratch import TARGETS, Scratch
 

@@ -4,15 +4,14 @@ that holds half of the SMs (tests.helpers.gpu.sharing_cases). One mpirun per (co
 hang in one collective cannot hide the others' results."""
 from __future__ import annotations
 
-import os
-import sys
+from pathlib import Path
 
 import pytest
 
+from tests.helpers import mpi
 from tests.helpers.gpu import rank_env, sharing_cases, sharing_env
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
-from mpi_programs import launcher  # noqa: E402
+PROGRAM = Path(__file__).resolve().parent / "programs" / "collectives_program.py"
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -22,11 +21,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 @pytest.mark.parametrize("ranks, shares, hog", sharing_cases([1, 2, 3, 4]))
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_collective_matches_numpy(gpu, collective, ranks, shares, hog):
-    if launcher.find_launcher() is None:
-        pytest.skip("no mpiexec/mpirun to start the ranks")
     env = rank_env(PKPTX_EXAMPLES="4" if hog else "12" if ranks <= 2 else "6", **sharing_env(shares, hog))
-    proc, results = launcher.run(ranks, "../../templates/programs/collectives_program.py", collective, env=env,
-                                 timeout=540)
+    proc, results = mpi.run(ranks, PROGRAM, collective, env=env, timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
     for rank in range(ranks):

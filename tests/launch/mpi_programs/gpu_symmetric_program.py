@@ -12,13 +12,13 @@ import traceback
 import ml_dtypes
 import numpy as np
 
-from launcher import report
 from pkptx.launch.flags import FlagArray, host_barrier
 from pkptx.launch.symmetric import SymmetricHeap
 from pkptx.launch.world import World
+from tests.helpers.mpi import report
 
 if os.environ.get("PKPTX_TEST_FAKE_DRIVER") == "1":
-    from fake_cuda import FakeDriver
+    from tests.launch.mpi_programs.fake_cuda import FakeDriver
 
     FakeDriver().install()
 world = World(timeout=120)

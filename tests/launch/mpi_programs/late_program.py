@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 import time
 
-from launcher import report, unlink_mpi_shared_memory
 from pkptx.errors import WorldError
 from pkptx.launch.world import World
+from tests.helpers.mpi import report, unlink_mpi_shared_memory
 
 timeout = float(sys.argv[1])
 world = World(timeout=timeout)

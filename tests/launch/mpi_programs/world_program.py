@@ -10,12 +10,12 @@ import warnings
 
 import numpy as np
 
-from fake_cuda import FakeDriver
-from launcher import report
 from pkptx.launch.fdpass import exchange_fds
 from pkptx.launch.multicast import DISABLING_ENV
 from pkptx.launch.symmetric import SymmetricHeap, check_alloc_request
 from pkptx.launch.world import World
+from tests.launch.mpi_programs.fake_cuda import FakeDriver
+from tests.helpers.mpi import report
 
 MULTICAST_CALLS = ("cuMulticastCreate", "cuMulticastGetGranularity", "cuMulticastAddDevice",
                    "cuMulticastBindMem", "cuMulticastUnbind", "cuDeviceGetAttribute", "cuDeviceGetUuid")

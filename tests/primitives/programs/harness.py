@@ -1,59 +1,35 @@
-"""What the primitive GPU programs share: the world, the symmetric heap, kernel loading and launching,
-per-case phases that keep every rank in step, data helpers and numpy references.
+"""What the primitive GPU programs share beyond tests/helpers/mpi.py: the world, the symmetric heap,
+kernel loading and launching, per-case phases that keep every rank in step, data helpers and numpy
+references.
 
 A program runs under mpirun (one process per rank, all on GPU 0) or as a plain ``python`` process, a
 world of one (how tools/sanitize_primitives.sh runs it under compute-sanitizer). Results go through
-``report`` into ``$PKPTX_TEST_RESULTS`` (one JSON line per section and rank), or to stdout when that
-variable is unset.
+``tests.helpers.mpi.report``.
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import sys
 import time
 import traceback
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, Phase, settings
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from pkptx.launch import DeviceArray, Device, Kernel, TensorMap, empty, from_numpy
+from pkptx.launch.status import device_status
+from pkptx.launch.symmetric import SymmetricHeap
+from pkptx.launch.world import World
+from pkptx.ops.common import ordered_args
+from tests.helpers.mpi import report
 
-from pkptx.launch import DeviceArray, Device, Kernel, TensorMap, empty, from_numpy  # noqa: E402
-from pkptx.launch.status import device_status  # noqa: E402
-from pkptx.launch.symmetric import SymmetricHeap  # noqa: E402
-from pkptx.launch.world import World  # noqa: E402
-from pkptx.ops.common import ordered_args  # noqa: E402
-
-RESULTS_ENV = "PKPTX_TEST_RESULTS"
 DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
 BITS = {2: np.uint16, 4: np.uint32}
 POISON = {"bf16": 0x7FC1, "f16": 0x7E01, "f32": 0x7FC00001}     # quiet NaNs no kernel produces
 UNIT = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11, "f32": 2.0 ** -24}  # unit roundoff
 TIMEOUT_NS = int(os.environ.get("PKPTX_TIMEOUT_NS", str(30 * 10**9)))
 LAUNCHERS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK")
-
-
-def report(rank: int, section: str, **data) -> None:
-    line = json.dumps({"section": section, **data})
-    folder = os.environ.get(RESULTS_ENV)
-    if folder:
-        with open(Path(folder) / f"rank{rank}.jsonl", "a") as out:
-            out.write(line + "\n")
-    else:
-        print(line, flush=True)
-
-
-def hyp(examples: int | None = None):
-    """Derandomized hypothesis settings: every rank draws the same cases, nothing is stored, no
-    shrinking (failures are recorded, never raised, so the ranks never diverge)."""
-    n = examples if examples is not None else int(os.environ.get("PKPTX_EXAMPLES", "20"))
-    return settings(max_examples=n, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
 
 
 class Env:
@@ -259,7 +235,7 @@ def empty_like_bytes(nbytes: int) -> DeviceArray:
     return empty((nbytes,), np.uint8)
 
 
-__all__ = ["Env", "Case", "section", "hyp", "report", "view", "poison", "poison_bytes", "normal", "raw",
+__all__ = ["Env", "Case", "section", "view", "poison", "poison_bytes", "normal", "raw",
            "first_mismatch", "bound_failure", "poisoned", "tensor_maps", "clip", "combine", "within", "DTYPES",
            "POISON", "UNIT",
            "TIMEOUT_NS", "empty", "from_numpy", "empty_like_bytes"]

@@ -16,10 +16,11 @@ import sys
 import numpy as np
 from hypothesis import given, strategies as st
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prim_kernels as P  # noqa: E402
-from harness import (DTYPES, Case, Env, bound_failure, clip, combine, empty, first_mismatch, from_numpy,  # noqa: E402
-                     hyp, normal, poison, poison_bytes, poisoned, raw, report, section, tensor_maps, view, within)
+from tests.helpers.mpi import hyp, report
+from tests.primitives.programs import prim_kernels as P
+from tests.primitives.programs.harness import (DTYPES, Case, Env, bound_failure, clip, combine, empty, first_mismatch,
+                                               from_numpy, normal, poison, poison_bytes, poisoned, raw, section,
+                                               tensor_maps, view, within)
 
 BIG = 8 << 20                 # bytes of each of the two data buffers on every rank
 MAX_TILE = 160 * 1024         # bytes of one TMA tile in shared memory

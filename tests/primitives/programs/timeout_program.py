@@ -9,18 +9,16 @@ times out). Each reports what it saw; the test (test_gpu_timeout.py) judges.
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prim_kernels as P  # noqa: E402
-from harness import Env, empty, report, view  # noqa: E402
-
-from pkptx.errors import DeviceTimeoutError  # noqa: E402
-from pkptx.ops import collectives  # noqa: E402
+from pkptx.errors import DeviceTimeoutError
+from pkptx.ops import collectives
+from tests.helpers.mpi import report
+from tests.primitives.programs import prim_kernels as P
+from tests.primitives.programs.harness import Env, empty, view
 
 TIMEOUT_NS = 500_000_000          # 0.5 s
 FLAG, EXPECTED = 3, 5

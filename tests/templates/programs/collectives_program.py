@@ -13,19 +13,17 @@ import os
 import sys
 import traceback
 
+import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
-from mpi_programs.launcher import report  # noqa: E402
-
-import ml_dtypes  # noqa: E402
-from pkptx.launch import Device  # noqa: E402
-from pkptx.launch.symmetric import SymmetricHeap  # noqa: E402
-from pkptx.launch.world import World  # noqa: E402
-from pkptx.ops import collectives  # noqa: E402
-from pkptx.templates.kernels import all_gather, all_reduce, all_to_all, reduce_scatter  # noqa: E402
-from tests.helpers.hog import hog_from_env  # noqa: E402
+from pkptx.launch import Device
+from pkptx.launch.symmetric import SymmetricHeap
+from pkptx.launch.world import World
+from pkptx.ops import collectives
+from pkptx.templates.kernels import all_gather, all_reduce, all_to_all, reduce_scatter
+from tests.helpers.hog import hog_from_env
+from tests.helpers.mpi import hyp, report
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 BITS = {"bf16": np.uint16, "f16": np.uint16, "f32": np.uint32}
@@ -36,8 +34,7 @@ MAX_ELEMENTS = 120_000
 # Sizes: small odd ones (2-byte units, tails), powers of two (16-byte units), a few large.
 SIZE = st.one_of(st.integers(1, 9), st.sampled_from([16, 24, 64, 128, 1000]))
 SHAPE = st.lists(SIZE, min_size=1, max_size=4).map(tuple).filter(lambda s: math.prod(s) <= MAX_ELEMENTS // 4)
-SETTINGS = settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "25")), derandomize=True, database=None,
-                    deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = hyp(25)
 
 
 def inputs(seed: int, world: int, shape, dtype: str) -> list[np.ndarray]:

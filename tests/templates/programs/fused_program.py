@@ -6,21 +6,17 @@ the reference itself; failures are recorded, not raised, so the ranks never dive
 """
 from __future__ import annotations
 
-import os
-import sys
 import traceback
 
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
-from mpi_programs.launcher import report  # noqa: E402
-
-from pkptx.launch import Device, SymmetricHeap, World, from_numpy  # noqa: E402
-from pkptx.ops import collectives, fused  # noqa: E402
-from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs  # noqa: E402
-from tests.helpers.hog import hog_from_env  # noqa: E402
+from pkptx.launch import Device, SymmetricHeap, World, from_numpy
+from pkptx.ops import collectives, fused
+from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs
+from tests.helpers.hog import hog_from_env
+from tests.helpers.mpi import hyp, report
 
 BF16 = ml_dtypes.bfloat16
 
@@ -48,8 +44,7 @@ def main() -> None:
         world.barrier(what="inputs written")
         hog()
 
-    @settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "18")), derandomize=True, database=None,
-              deadline=None, suppress_health_check=list(HealthCheck))
+    @hyp(18)
     @given(op=st.sampled_from(["ag_gemm", "gemm_rs", "gemm_ar"]), mb=st.integers(1, 3), n=st.sampled_from([256, 384, 512]),
            k=st.sampled_from([64, 192, 512]), layout=st.sampled_from(["nk", "kn"]), seed=st.integers(0, 2**31),
            fuse=st.sampled_from([True, True, False]), comm=st.sampled_from([4, 4, 1, "auto"]))
