@@ -98,14 +98,14 @@ ALL_REG = (b16, b32, b64, u16, u32, u64, s16, s32, s64, f16, bf16, f32, f64, pre
 def consumer_budget_log(kernel: Kernel):
     """Assemble a kernel that uses setmaxnreg as the driver's whole-program JIT sees its consumers:
     nvJitLink drops setmaxnreg (info C7504), so the setmaxnreg lines go and the thread-count bound
-    becomes ``.maxnreg <the setmaxnreg.inc count>``. Returns the Cubin; its spills and log are the
+    (.reqntid or .maxntid) becomes ``.maxnreg <the setmaxnreg.inc count>``. Returns the Cubin; its spills and log are the
     consumers' (the producer, at fewer registers, is not checked this way)."""
     from pkptx.toolchain import assemble
     lines = kernel.render().splitlines()
     counts = [int(line.split()[-1].rstrip(";")) for line in lines if "setmaxnreg.inc" in line]
     assert counts, f"{kernel.name} has no setmaxnreg.inc"
-    bound = [line for line in lines if line.startswith(".maxntid")]
-    assert len(bound) == 1, f"{kernel.name}: expected one .maxntid line"
+    bound = [line for line in lines if line.startswith((".maxntid", ".reqntid"))]
+    assert len(bound) == 1, f"{kernel.name}: expected one thread-count bound"
     ptx = "\n".join(f".maxnreg {max(counts)}" if line == bound[0] else line
                     for line in lines if "setmaxnreg" not in line)
     return assemble(ptx, kernel.target, use_cache=False)
