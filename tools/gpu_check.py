@@ -121,7 +121,7 @@ def main() -> int:
     out_dir = Path(os.environ.get("OUT", ROOT / "probe" / "out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="pkptx-gpu-check-"))
-    wanted = set(filter(None, (args.steps or os.environ.get(BUDGET_ENV, "")).split(",")))
+    wanted = list(dict.fromkeys(filter(None, (args.steps or os.environ.get(BUDGET_ENV, "")).split(","))))
     rows: list[tuple] = []
     if not args.mps:
         steps(args, wanted, rows, logs, out_dir)
@@ -150,35 +150,41 @@ def main() -> int:
     return 0 if all(r[1] == "ok" for r in rows) else 1
 
 
-def steps(args, wanted: set, rows: list, logs: Path, out_dir: Path) -> None:
-    pick = (lambda name: not wanted or name in wanted)
-    if args.only != "bench":
-        for name, path, limit in TEST_GROUPS:
-            if not pick(name) or not (ROOT / path).exists():
-                continue
-            rc, out, secs = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-rs",
-                                 path], logs / f"test_{name}.log", limit)
-            rows.append((f"tests {name}", "ok" if rc == 0 else f"rc={rc}", pytest_summary(out), secs))
-            print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
-            save(out_dir, logs)
-        for name, cmd, limit in SANITIZED:
-            if not pick(name):
-                continue
-            rc, out, secs = run(cmd, logs / f"{name}.log", limit)
-            summary = re.findall(r"ERROR SUMMARY: \d+ errors?", out)
-            rows.append((name, "ok" if rc == 0 else f"rc={rc}", summary[-1] if summary else out.strip()[-90:], secs))
-            print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
-            save(out_dir, logs)
-    if args.only != "tests":
-        for name, cmd, limit, extra in benches(args.quick, args.mps):
-            if not pick(name.split()[0]) and not pick(name.replace(" -n ", "_n")):
-                continue
-            rc, out, secs = run(cmd, logs / (name.replace(" -n ", "_n") + ".log"), limit, extra)
-            ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
-            rows.append((name, "ok" if rc == 0 else f"rc={rc}", ("last column " + " ".join(ratios[-6:]))
-                         if ratios else out.strip().splitlines()[-1][:90] if out.strip() else "", secs))
-            print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
-            save(out_dir, logs)
+def plan(args) -> list[tuple]:
+    """Every step as (name, log name, command, time limit, extra environment, summarise)."""
+    tests = [(name, f"test_{name}", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                                     "-rs", path], limit, {}, pytest_summary)
+             for name, path, limit in TEST_GROUPS if (ROOT / path).exists()]
+    sanitized = [(name, name, cmd, limit, {}, sanitizer_summary) for name, cmd, limit in SANITIZED]
+    bench = [(name, name.replace(" -n ", "_n"), cmd, limit, extra, bench_summary)
+             for name, cmd, limit, extra in benches(args.quick, args.mps)]
+    return ([] if args.only == "bench" else tests + sanitized) + ([] if args.only == "tests" else bench)
+
+
+def sanitizer_summary(out: str) -> str:
+    summary = re.findall(r"ERROR SUMMARY: \d+ errors?", out)
+    return summary[-1] if summary else out.strip()[-90:]
+
+
+def bench_summary(out: str) -> str:
+    ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
+    return ("last column " + " ".join(ratios[-6:])) if ratios else out.strip().splitlines()[-1][:90] if out.strip() else ""
+
+
+def steps(args, wanted: list, rows: list, logs: Path, out_dir: Path) -> None:
+    """Run the steps: all of them in the plan's order, or those named in ``wanted`` in that order (a
+    benchmark answers to its first word and to its log name, e.g. bench_collectives_n2)."""
+    everything = plan(args)
+    if wanted:
+        chosen = [step for want in wanted for step in everything if want in (step[0], step[0].split()[0], step[1])]
+    else:
+        chosen = everything
+    for name, log_name, cmd, limit, extra, summarise in chosen:
+        rc, out, secs = run(cmd, logs / f"{log_name}.log", limit, extra)
+        rows.append((name if summarise is not pytest_summary else f"tests {name}", "ok" if rc == 0 else f"rc={rc}",
+                     summarise(out), secs))
+        print("| %s | %s | %s | %.0f |" % rows[-1], flush=True)
+        save(out_dir, logs)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,7 @@ def test_default_outputs_and_dlpack_inputs(gpu):
     assert err <= BOUND
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype,dim", [(t, d) for t in ("bf16", "f16") for d in (64, 128)])
 def test_launched_kernels_do_not_spill(gpu, dtype, dim):
     """The configs the op launches, as loaded (the driver's JIT for setmaxnreg ones): no local memory."""
