@@ -124,3 +124,28 @@ def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:
     64-row warpgroup slab, one counter per slab."""
     slabs = tiles_of(m, n, cfg.tile_m, cfg.tile_n) * (cfg.tile_m // 64)
     return slabs * cfg.splits * slab_bytes(cfg.tile_n), slabs
+
+
+COMM_SM_BYTES_PER_S = 80e9    # one GEMM+AR communicator SM: peer loads, f32 sums, stores to every rank
+
+
+def all_reduce_comm_sms(m: int, n: int, k: int, out_bytes: int, world: int, sm_count: int,
+                        tile: tuple[int, int]) -> int:
+    """Communicator SMs for the fused GEMM + all-reduce, from a model of its two overlapped halves:
+    the GEMM on ``sm_count - c`` SMs (:func:`estimate_s`), and the reduction of this rank's 1/world
+    of the tiles (world copies read, world written: 2·M·N·out_bytes) at COMM_SM_BYTES_PER_S per SM,
+    of which the last wave's share cannot start before the GEMM ends. The c of least modelled time;
+    0 at world 1 (nothing to reduce)."""
+    if world == 1:
+        return 0
+    reduce_bytes = 2 * m * n * out_bytes
+    tiles = tiles_of(m, n, *tile)
+    cfg = GemmConfig(*tile, stages=4)
+
+    def fused_s(c: int) -> float:
+        workers = sm_count - c
+        comm_s = reduce_bytes / (c * COMM_SM_BYTES_PER_S)
+        last_wave = (tiles - (-(-tiles // workers) - 1) * workers) / tiles
+        return max(estimate_s(cfg, m, n, k, out_bytes, workers), comm_s) + last_wave * comm_s
+
+    return min(range(1, sm_count // 2 + 1), key=fused_s)

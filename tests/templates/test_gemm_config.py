@@ -8,8 +8,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
-from pkptx.ops.gemm_plan import (FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig, candidates, choose_config,
-                                 estimate_s, fill, max_stages, tiles_of, workspace_bytes)
+from pkptx.ops.gemm_plan import (FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig, all_reduce_comm_sms, candidates,
+                                 choose_config, estimate_s, fill, max_stages, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.kernels import gemm as kernel
 from pkptx.toolchain import assemble
@@ -38,7 +38,8 @@ def test_chosen_config_is_legal_and_splits_only_idle_machines(shape, sms, out):
     if cfg.splits > 1:
         assert fill(tiles, sms) < FILL_ENOUGH, "split-K where the tiles already fill the SMs"
         assert -(-k // TILE_K) // cfg.splits >= MIN_SLICE_BLOCKS
-        assert fill(tiles * cfg.splits, sms) > fill(tiles, sms), "a split that fills the SMs no better"
+        units = tiles * cfg.splits      # a split must fill the waves better or bring more SMs in (memory-bound)
+        assert fill(units, sms) > fill(tiles, sms) or min(units, sms) > tiles, "a split that adds nothing"
     # never worse, by the model, than the plain 128 x 256 schedule
     plain, out_bytes = GemmConfig(stages=max_stages(128, 256, SMEM)), 4 if out == "f32" else 2
     assert estimate_s(cfg, m, n, k, out_bytes, sms) <= estimate_s(plain, m, n, k, out_bytes, sms)
@@ -127,3 +128,18 @@ def test_every_schedulable_kernel_assembles_without_spills(cfg):
     res = assemble(k.render(), "sm_90a").resources
     assert res.spills == 0 and res.stack_bytes == 0, (k.name, res)
     assert res.shared_bytes + cfg.smem_bytes <= SMEM + 1024 * 4, (k.name, res)
+
+
+@given(n=st.sampled_from([2048, 4096, 8192, 16384]), world=st.sampled_from([2, 4, 8]),
+       sms=st.sampled_from([132, 66, 32]))
+def test_all_reduce_comm_sms_model(n, world, sms):
+    """Legal (1 .. half the SMs), and a small share once the GEMM dwarfs the bytes to reduce (the GEMM
+    grows as N³/W, the bytes as N²)."""
+    c = all_reduce_comm_sms(n, n, n // world, 2, world, sms, (128, 256))
+    assert 1 <= c <= sms // 2
+    if n == 16384:
+        assert c <= sms // 8
+
+
+def test_all_reduce_at_world_one_needs_no_communicators():
+    assert all_reduce_comm_sms(4096, 4096, 4096, 2, 1, 132, (128, 256)) == 0
