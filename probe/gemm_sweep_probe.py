@@ -74,7 +74,6 @@ def main(argv=None) -> int:
             if cfg == chosen:
                 picked = ours
         picks.append((name, chosen.label, cublas / picked, best[0].label, cublas / best[1]))
-        del a, b, c, ref, first
         torch.cuda.empty_cache()
     print("\nshape | model's pick | cuBLAS/pick | fastest | cuBLAS/fastest")
     for row in picks:

@@ -136,7 +136,8 @@ def main(argv=None) -> int:
         report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {min(gpus, w)} GPU(s){suffix}",
                ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
                 "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
-               sharing_note + f"num_comm_sms: ag_gemm {ag_sms}, gemm_ar {ar_sms} (at 1 rank gemm_ar is the plain GEMM); "
+               sharing_note + f"num_comm_sms: ag_gemm {ag_sms}, gemm_ar {ar_sms} (at 1 rank gemm_ar is the plain "
+               "GEMM); "
                "median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host); shapes per GPU as in pk-design 7.",
                args.record)

@@ -105,7 +105,8 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
         if stages < 2:
             continue
         tiles = tiles_of(m, n, tile_m, tile_n)
-        top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if allow_split and fill(tiles, sm_count) < FILL_ENOUGH else 1
+        idle = allow_split and fill(tiles, sm_count) < FILL_ENOUGH
+        top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1
         out += [GemmConfig(tile_m, tile_n, stages, splits) for splits in range(1, max(1, top) + 1)]
     return out
 

@@ -9,7 +9,7 @@ a multiple of 16 bytes) and a destination offset different from the source's (re
 from __future__ import annotations
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Imm, Reg, Vec, address, b16, b32, bf16, bf16x2, f16, f16x2, f32, ptx_type, u64
+from ..isa import Builder, Imm, Reg, address, b16, b32, bf16, bf16x2, f16, f16x2, f32, ptx_type, u64
 from ..isa.instruction import locate
 from .layout import BoundLayout
 from .p2p import load_unit, store_unit
