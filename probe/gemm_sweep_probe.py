@@ -1,12 +1,13 @@
 """Time every schedule the GEMM model weighs, per shape, against cuBLAS, to refit pkptx.ops.gemm_plan.
 
-For each shape: cuBLAS (torch.matmul) once, then every candidate of ``gemm_plan.candidates`` forced
-through ``gemm(..., config=...)``: checked against an fp32 product (and, for split-K, the same bits on
+For each shape: cuBLAS (torch.matmul) once, then every candidate of ``gemm_plan.candidates``, with the
+TMA epilogue and with the direct one (``/d``: C stored from registers), forced through
+``gemm(..., config=...)``: checked against an fp32 product (and, for split-K, the same bits on
 a second run), then timed. One line per candidate: modelled and measured microseconds, TFLOP/s,
 cuBLAS time / ours, and ``*`` on the model's choice; per shape, the model's pick against the fastest.
 Stops starting new shapes after ``--budget`` seconds (default 100). Needs a GPU and torch.
 
-    python probe/gemm_sweep_probe.py [--budget 100] [--repeats 10] [--shapes 128x8192x8192,...]
+    python probe/gemm_sweep_probe.py [--budget 100] [--repeats 7] [--shapes 128x8192x8192,...]
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ SHAPES = [(128, 8192, 8192), (2048, 2048, 16384), (1024, 3072, 768), (8192, 8192
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", type=float, default=100.0, help="seconds after which no new shape starts")
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list (default: the built-in list)")
     args = ap.parse_args(argv)
     import torch
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
-        for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem):
+        for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, epilogues=("tma", "direct")):
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()

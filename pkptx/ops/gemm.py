@@ -131,9 +131,12 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
     threads = 128 * (1 + cfg.consumers)
     grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * plan.splits)
     values = dict(
-        tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box),
-        tmap_c=_tensor_map(out, cfg.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, rank=0, world=1,
-        status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0)
+        tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
+        tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0)
+    if cfg.epilogue == "tma":
+        values.update(tmap_c=_tensor_map(out, cfg.c_box))
+    else:
+        values.update(c=out.ptr, m=m, n=n)
     if cfg.split_k:
         partials, tickets = _split_workspace(device, stream, plan, m, n)
         values.update(splits=plan.splits, split_ws=partials.ptr, split_tickets=tickets.ptr)

@@ -32,7 +32,10 @@ HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
 L2_BYTES_PER_S = 100e9        # one SM's generic f32 partial stores/loads (split-K)
 UNIT_OVERHEAD_S = 1.0e-6      # per work unit: pipeline refill, ...
-EPILOGUE_BYTES_PER_S = 32e9   # ... and the epilogue the tensor cores wait for (fitted: 3 us for 128 x 256 bf16)
+EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, per epilogue kind
+    "tma": 32e9,              # fitted: 3 us for a 128 x 256 bf16 tile
+    "direct": 64e9,           # a guess until probe/gemm_sweep_probe.py measures it (not chosen by default)
+}
 FILL_ENOUGH = 0.9             # wave efficiency at splits=1 above which split-K is never considered
 MIN_SLICE_BLOCKS = 4          # k-blocks per K slice, at least (else refill dominates)
 MAX_SPLITS = 16
@@ -49,26 +52,29 @@ class GemmConfig:
     stages: int = 4
     splits: int = 1
     group_m: int = 8
+    epilogue: str = "tma"        # or "direct": C stored from registers (kernel.Config.epilogue)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
-                             split_k=self.splits > 1)
+                             split_k=self.splits > 1, epilogue=self.epilogue)
 
     @property
     def label(self) -> str:
-        return f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
+        return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
+                + ("/d" if self.epilogue == "direct" else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
     return -(-m // tile_m) * -(-n // tile_n)
 
 
-def max_stages(tile_m: int, tile_n: int, smem_limit: int) -> int:
+def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma") -> int:
     """As many stages as fit beside the epilogue staging (what kernel.Config.smem_bytes counts)."""
     per_stage = (tile_m + tile_n) * TILE_K * 2
-    return min(MAX_STAGES, (smem_limit - (tile_m // 64) * STAGING_BYTES - 1024) // per_stage)
+    staging = (tile_m // 64) * STAGING_BYTES if epilogue == "tma" else 0
+    return min(MAX_STAGES, (smem_limit - staging - 1024) // per_stage)
 
 
 def fill(units: int, sm_count: int) -> float:
@@ -84,7 +90,7 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     waves = -(-units // sm_count)
     block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * TILE_RATE[cfg.tile_m, cfg.tile_n])
     unit_s = (-(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S
-              + cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S)
+              + cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue])
     if cfg.splits > 1:
         unit_s += (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S
     active = min(units, sm_count)
@@ -94,29 +100,33 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
 
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-               shapes=tuple(TILE_RATE)) -> list[GemmConfig]:
-    """Every schedule the model weighs for this problem: each tile shape in ``shapes`` with the most
-    stages that fit, and where the tiles leave SMs idle, every split count that keeps slices at least
-    MIN_SLICE_BLOCKS deep."""
+               shapes=tuple(TILE_RATE), epilogues=("tma",)) -> list[GemmConfig]:
+    """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
+    ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
+    that keeps slices at least MIN_SLICE_BLOCKS deep."""
     k_blocks = -(-k // TILE_K)
     out = []
-    for tile_m, tile_n in shapes:
-        stages = max_stages(tile_m, tile_n, smem_limit)
-        if stages < 2:
-            continue
-        tiles = tiles_of(m, n, tile_m, tile_n)
-        idle = allow_split and fill(tiles, sm_count) < FILL_ENOUGH
-        top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1
-        out += [GemmConfig(tile_m, tile_n, stages, splits) for splits in range(1, max(1, top) + 1)]
+    for epilogue in epilogues:
+        for tile_m, tile_n in shapes:
+            stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
+            if stages < 2:
+                continue
+            tiles = tiles_of(m, n, tile_m, tile_n)
+            idle = allow_split and fill(tiles, sm_count) < FILL_ENOUGH
+            top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1
+            out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue)
+                    for splits in range(1, max(1, top) + 1)]
     return out
 
 
 def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk", *, sm_count: int,
-                  smem_limit: int, allow_split: bool = True, shapes=tuple(TILE_RATE)) -> GemmConfig:
+                  smem_limit: int, allow_split: bool = True, shapes=tuple(TILE_RATE),
+                  epilogues=("tma",)) -> GemmConfig:
     """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
     ``dtype`` and ``b_layout`` do not change the choice; they are taken so every caller states the problem."""
     out_bytes = 4 if out_dtype == "f32" else 2
-    options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes)
+    options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
+                         epilogues=epilogues)
     return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count))
 
 

@@ -60,6 +60,14 @@ def test_few_tiles_and_deep_k_split(shape):
     assert cfg.splits > 1 and units >= 0.75 * H200, cfg
 
 
+def test_the_direct_epilogue_is_weighed_only_when_asked():
+    shape = (128, 8192, 8192)
+    both = candidates(*shape, sm_count=H200, smem_limit=SMEM, epilogues=("tma", "direct"))
+    assert {c.epilogue for c in both} == {"tma", "direct"}
+    assert choose_config(*shape, "bf16", "bf16", sm_count=H200, smem_limit=SMEM).epilogue == "tma"
+    assert all(c.stages >= max_stages(c.tile_m, c.tile_n, SMEM) for c in both)
+
+
 def test_candidates_cover_every_tile_and_split_one():
     opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)
     assert {(c.tile_m, c.tile_n) for c in opts} == set(TILE_RATE)
@@ -117,6 +125,10 @@ def _kernel_configs():
     for tile_n in (256, 192):
         yield kernel.Config(b_layout="kn", dtype="f16", out_dtype="f16", tile_n=tile_n,
                             stages=max_stages(128, tile_n, SMEM), split_k=True)
+    for tile_m, tile_n in TILE_RATE:        # the direct epilogue the probe measures
+        for split, out in ((False, "bf16"), (True, "f32")):
+            yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n, split_k=split, epilogue="direct",
+                                stages=max_stages(tile_m, tile_n, SMEM, "direct"))
 
 
 KERNELS = list(_kernel_configs())

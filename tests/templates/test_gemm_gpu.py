@@ -32,7 +32,7 @@ def problems(draw):
 @st.composite
 def schedules(draw, m, n, k, sms):
     """None (the model's choice) or any schedule the model weighs for this shape, split-K included."""
-    options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024)
+    options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024, epilogues=("tma", "direct"))
     split = [c for c in options if c.splits > 1]
     return draw(st.one_of(st.none(), st.sampled_from(options), *([st.sampled_from(split)] if split else [])))
 
@@ -68,6 +68,7 @@ def test_gemm_matches_float64(gpu, problem, seed, data):
     ((128, 8192, 8192, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, 4)),
     ((16, 4096, 16384, "kn", "bf16", "f32"), GemmConfig(64, 256, 5, 16)),
     ((1000, 1000, 4000, "nk", "f16", "f16"), GemmConfig(128, 192, 4, 3)),
+    ((1000, 1000, 4000, "nk", "bf16", "f32"), GemmConfig(128, 128, 7, 4, epilogue="direct")),
     ((128, 8192, 8192, "nk", "bf16", "bf16"), None),
 ])
 def test_split_k_same_bits_twice_and_close(gpu, problem, config):
@@ -90,8 +91,9 @@ def _disassembler():
 
 
 @pytest.mark.parametrize("cfg", [kernel.Config(), kernel.Config(b_layout="kn"), kernel.Config(out_dtype="f32"),
-                                 kernel.Config(split_k=True), kernel.Config(tile_m=64, stages=5, split_k=True)],
-                         ids=["nk", "kn", "f32", "split", "split64"])
+                                 kernel.Config(split_k=True), kernel.Config(tile_m=64, stages=5, split_k=True),
+                                 kernel.Config(epilogue="direct")],
+                         ids=["nk", "kn", "f32", "split", "split64", "direct"])
 def test_sass_uses_tensor_cores_and_tma_without_spills(cfg, tmp_path):
     tool = _disassembler()
     if tool is None:
@@ -102,7 +104,7 @@ def test_sass_uses_tensor_cores_and_tma_without_spills(cfg, tmp_path):
     cubin.write_bytes(compiled.cubin.data)
     sass = subprocess.run([*tool, str(cubin)], capture_output=True, text=True, check=True).stdout
     assert f"HGMMA.64x{cfg.tile_n}x16.F32" in sass
-    assert "UTMALDG" in sass and "UTMASTG" in sass
+    assert "UTMALDG" in sass and ("UTMASTG" in sass) == (cfg.epilogue == "tma")
     assert "LDL" not in sass and "STL" not in sass
 
 

@@ -22,7 +22,8 @@ from ...errors import PTXBuildError
 from ...isa import Param, address, b8, f32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, stage_of, tile_of
+from ..gemm_parts import (BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, stage_of,
+                          store_fragments, tile_of)
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 
@@ -39,6 +40,7 @@ class Config:
     stages: int = 4
     group_m: int = 8             # tile rows walked together for L2 reuse
     split_k: bool = False        # work units are (tile, K slice); see split_k
+    epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -47,6 +49,8 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.tile_m not in (64, 128) or self.tile_n % BOX_COLS or not BOX_COLS <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of 64 up to 256, got {self}")
+        if self.epilogue not in ("tma", "direct"):
+            raise PTXBuildError(f"gemm Config.epilogue must be 'tma' or 'direct', got {self.epilogue!r}")
         if self.smem_bytes > SMEM_LIMIT:
             raise PTXBuildError(f"gemm Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
 
@@ -65,7 +69,12 @@ class Config:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory to launch with: stages, epilogue staging and alignment slack."""
-        return self.stages * (self.a_bytes + self.b_bytes) + self.consumers * STAGING_BYTES + 1024
+        return self.stages * (self.a_bytes + self.b_bytes) + self.staging_bytes + 1024
+
+    @property
+    def staging_bytes(self) -> int:
+        """The TMA epilogue's staging buffers (none for the direct epilogue)."""
+        return self.consumers * STAGING_BYTES if self.epilogue == "tma" else 0
 
     @property
     def b_box(self) -> tuple[int, int]:
@@ -93,8 +102,8 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         name, params=GEMM_PARAMS + (SPLIT_PARAMS if split else ()) + tuple(params), layouts=tuple(layouts),
         tensor_maps=tuple(tensor_maps), buffers=(Buffer("split_ticket", 4 * cfg.consumers, 4),) if split else (),
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
-                         Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024),
-                         Buffer("staging", cfg.consumers * STAGING_BYTES, 1024)),
+                         Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
+        + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, 4 * cfg.consumers)),
         consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
@@ -175,7 +184,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
         b.wgmma_wait_group(0)
         release(b.sub(u32, ctx.param("it"), 1))
-        staging = b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
+        staging = (b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
+                   if cfg.staging_bytes else None)
         if not cfg.split_k:
             store(ctx, acc, tm, tn, wg, staging)
             return
@@ -214,13 +224,28 @@ def store_c(cfg: Config):
     return store
 
 
+def store_direct(cfg: Config):
+    """The store hook that writes a warpgroup's slab from registers into the ``c`` parameter's array."""
+    def store(ctx, acc, tm, tn, wg, staging):
+        b = ctx.b
+        row, col = slab_origin(ctx, cfg, tm, tn, wg)
+        store_fragments(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n,
+                        out_type=cfg.out_dtype, c_ptr=ctx.param("c"), row0=row, col0=col, rows=ctx.param("m"),
+                        cols=ctx.param("n"))
+    return store
+
+
 C_PARAM = Param("tmap_c", b8, 128, 64)
+DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32))
 
 
 def build(cfg: Config = Config()):
+    direct = cfg.epilogue == "direct"
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
-                      f"{'_sk' if cfg.split_k else ''}",
-                 params=(C_PARAM,), progress=False)       # no block waits on another
+                      f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}",
+                 params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
+    if direct:
+        return t.build(**roles(cfg, store=store_direct(cfg)))
     return t.build(**roles(cfg, store=store_c(cfg)), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 
@@ -237,3 +262,4 @@ def catalog():
     yield build(Config(dtype="f16", tile_n=128, stages=6))
     yield build(Config(split_k=True))
     yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
+    yield build(Config(epilogue="direct"))
