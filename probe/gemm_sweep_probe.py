@@ -1,7 +1,7 @@
 """Time every schedule the GEMM model weighs, per shape, against cuBLAS, to refit pkptx.ops.gemm_plan.
 
-For each shape: cuBLAS (torch.matmul) once, then every candidate of ``gemm_plan.candidates``, with the
-TMA epilogue and with the direct one (``/d``: C stored from registers), forced through
+For each shape: cuBLAS (torch.matmul) once, then every candidate of ``gemm_plan.candidates`` over every
+tile shape the kernel has, with the TMA epilogue and with the direct one (``/d``: C stored from registers), forced through
 ``gemm(..., config=...)``: checked against an fp32 product (and, for split-K, the same bits on
 a second run), then timed. One line per candidate: modelled and measured microseconds, TFLOP/s,
 cuBLAS time / ours, and ``*`` on the model's choice; per shape, the model's pick against the fastest.
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from pkptx.launch import Device, Stream
     from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops.gemm import gemm
-    from pkptx.ops.gemm_plan import candidates, choose_config, estimate_s
+    from pkptx.ops.gemm_plan import TILE_RATE, candidates, choose_config, estimate_s
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dev = Device.current()
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
-        for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, epilogues=("tma", "direct")):
+        for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
+                              epilogues=("tma", "direct")):
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()

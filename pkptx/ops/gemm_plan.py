@@ -28,6 +28,7 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.67, (128, 64): 0.4,
     (64, 256): 0.75, (64, 192): 0.68, (64, 128): 0.5, (64, 64): 0.28,
 }
+DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 128))   # the 64-wide ones: probe only
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
 L2_BYTES_PER_S = 100e9        # one SM's generic f32 partial stores/loads (split-K)
@@ -100,7 +101,7 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
 
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-               shapes=tuple(TILE_RATE), epilogues=("tma",)) -> list[GemmConfig]:
+               shapes=DEFAULT_TILES, epilogues=("tma",)) -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep."""
@@ -120,7 +121,7 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
 
 
 def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk", *, sm_count: int,
-                  smem_limit: int, allow_split: bool = True, shapes=tuple(TILE_RATE),
+                  smem_limit: int, allow_split: bool = True, shapes=DEFAULT_TILES,
                   epilogues=("tma",)) -> GemmConfig:
     """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
     ``dtype`` and ``b_layout`` do not change the choice; they are taken so every caller states the problem."""

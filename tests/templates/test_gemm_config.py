@@ -8,8 +8,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
-from pkptx.ops.gemm_plan import (FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig, all_reduce_comm_sms, candidates,
-                                 choose_config, estimate_s, fill, max_stages, tiles_of, workspace_bytes)
+from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig,
+                                 all_reduce_comm_sms, candidates, choose_config, estimate_s, fill, max_stages,
+                                 tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.kernels import gemm as kernel
 from pkptx.toolchain import assemble
@@ -70,7 +71,7 @@ def test_the_direct_epilogue_is_weighed_only_when_asked():
 
 def test_candidates_cover_every_tile_and_split_one():
     opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)
-    assert {(c.tile_m, c.tile_n) for c in opts} == set(TILE_RATE)
+    assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) and set(DEFAULT_TILES) <= set(TILE_RATE)
     assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM) for c in opts)
     assert {c.splits for c in opts} >= {1, 2, 4, 8}
     assert candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, allow_split=False) == \

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pkptx.ops.gemm import GemmArgumentError, GemmConfig, check_shapes, gemm
-from pkptx.ops.gemm_plan import candidates
+from pkptx.ops.gemm_plan import TILE_RATE, candidates
 from pkptx.templates.kernels import gemm as kernel
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
@@ -24,7 +24,7 @@ BOUND = {"bf16": 1e-2, "f16": 2e-3, "f32": 2e-3}     # relative Frobenius error,
 
 @st.composite
 def problems(draw):
-    m, n, k = draw(st.integers(1, 1536)), 8 * draw(st.integers(1, 192)), 16 * draw(st.integers(1, 256))
+    m, n, k = draw(st.integers(1, 1024)), 8 * draw(st.integers(1, 128)), 16 * draw(st.integers(1, 160))
     return (m, n, k, draw(st.sampled_from(["nk", "kn"])), draw(st.sampled_from(["bf16", "f16"])),
             draw(st.sampled_from(["bf16", "f16", "f32"])))
 
@@ -32,7 +32,8 @@ def problems(draw):
 @st.composite
 def schedules(draw, m, n, k, sms):
     """None (the model's choice) or any schedule the model weighs for this shape, split-K included."""
-    options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024, epilogues=("tma", "direct"))
+    options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024, shapes=tuple(TILE_RATE),
+                         epilogues=("tma", "direct"))
     split = [c for c in options if c.splits > 1]
     return draw(st.one_of(st.none(), st.sampled_from(options), *([st.sampled_from(split)] if split else [])))
 
@@ -49,7 +50,7 @@ def _run(problem, seed, config):
 
 
 @pytest.mark.gpu
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(problem=problems(), seed=st.integers(0, 2**32 - 1), data=st.data())
 def test_gemm_matches_float64(gpu, problem, seed, data):
     from pkptx.launch.occupancy import context_sm_count
@@ -65,11 +66,11 @@ def test_gemm_matches_float64(gpu, problem, seed, data):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem, config", [
-    ((128, 8192, 8192, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, 4)),
-    ((16, 4096, 16384, "kn", "bf16", "f32"), GemmConfig(64, 256, 5, 16)),
+    ((128, 4096, 8192, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, 4)),
+    ((16, 2048, 16384, "kn", "bf16", "f32"), GemmConfig(64, 256, 5, 16)),
     ((1000, 1000, 4000, "nk", "f16", "f16"), GemmConfig(128, 192, 4, 3)),
     ((1000, 1000, 4000, "nk", "bf16", "f32"), GemmConfig(128, 128, 7, 4, epilogue="direct")),
-    ((128, 8192, 8192, "nk", "bf16", "bf16"), None),
+    ((128, 4096, 8192, "nk", "bf16", "bf16"), None),
 ])
 def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     """Deterministic: the same bits on a second run, whichever slice arrives last each time; and the
