@@ -138,7 +138,10 @@ def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:
     return slabs * cfg.splits * slab_bytes(cfg.tile_n), slabs
 
 
-COMM_SM_BYTES_PER_S = 80e9    # one GEMM+AR communicator SM: peer loads, f32 sums, stores to every rank
+# One GEMM+AR communicator SM (bytes read + written): a load round trip of ~1.3 us under load (one 16-byte
+# vector per thread in flight moved 9.9 GB/s per SM: bench_fused, MPS, 2 ranks, N=8192) and 8 vectors
+# on 256 threads in flight per rank step give ~50 GB/s.
+COMM_SM_BYTES_PER_S = 50e9
 
 
 def all_reduce_comm_sms(m: int, n: int, k: int, out_bytes: int, world: int, sm_count: int,
