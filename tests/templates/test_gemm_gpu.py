@@ -50,7 +50,7 @@ def _run(problem, seed, config):
 
 
 @pytest.mark.gpu
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(problem=problems(), seed=st.integers(0, 2**32 - 1), data=st.data())
 def test_gemm_matches_float64(gpu, problem, seed, data):
     from pkptx.launch.occupancy import context_sm_count
