@@ -22,8 +22,7 @@ for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024)]:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16); b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     A, B, C = from_dlpack(a), from_dlpack(b), from_dlpack(c)
-    cfg = choose_config(m, n, k, "bf16", "bf16", "nk", sm_count=dev.sm_count,
-                        smem_limit=dev.smem_per_block_optin).kernel_config("bf16", "bf16", "nk")
+    cfg = choose_config(m, n, k, "bf16", "bf16", "nk", sm_count=dev.sm_count, smem_limit=dev.smem_per_block_optin)
     kernels = {"bounded": variant(True, cfg), "unbounded": variant(False, cfg)}
     key = (g.build.__module__, cfg, dev.ordinal)
     res = {"bounded": [], "unbounded": [], "cublas": []}

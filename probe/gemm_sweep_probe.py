@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from pkptx.launch import Device, Stream
     from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops.gemm import gemm
-    from pkptx.ops.gemm_plan import TILE_RATE, candidates, choose_config, estimate_s
+    from pkptx.ops.gemm_plan import TILE_RATE, candidates, estimate_s, plan
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dev = Device.current()
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
         ref = a.float() @ b.float().T
         flop = 2 * m * n * k
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
-        chosen = choose_config(m, n, k, "bf16", "bf16", sm_count=sms, smem_limit=smem)
+        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None

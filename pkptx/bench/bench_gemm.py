@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import torch
     from ..launch import Device, Stream
     from ..launch.occupancy import context_sm_count
-    from ..ops.gemm import choose_config, gemm
+    from ..ops.gemm import gemm, plan
     stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
     dev = Device.current()
     rows, ratios, wrong = [], {}, []
@@ -56,8 +56,7 @@ def main(argv=None) -> int:
         ref = a.float() @ b.float().T
         err = ((c.float() - ref).norm() / ref.norm()).item()
         del ref
-        cfg = choose_config(m, n, k, "bf16", "bf16", sm_count=context_sm_count(dev),
-                            smem_limit=dev.smem_per_block_optin)
+        cfg = plan(m, n, k, "bf16", sm_count=context_sm_count(dev), smem_limit=dev.smem_per_block_optin)
         name = f"{m}x{n}x{k}"
         if not err < 1e-2:          # a wrong result is reported, never timed; the sweep goes on
             rows.append([name, cfg.label, f"WRONG {err:.1e}", "-", "-", "-", "-", "-"])

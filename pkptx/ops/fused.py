@@ -59,17 +59,10 @@ def _launch(kernel, cfg, buf: SymmetricBuffer, world, *, num_comm_sms: int, roun
                                    smem=cfg.smem_bytes, num_comm_sms=num_comm_sms, rounds=rounds, **values)
 
 
-FUSED_TILES = ((128, 256), (128, 128))     # the tile shapes the fused kernels' schedules are built for
-
-
 def _plan(a: DeviceArray, b: DeviceArray, out_dtype, b_layout: str, m: int, n: int, k: int) -> gemm_kernel.Config:
-    """The GEMM model's choice among the fused kernels' tiles, without split-K (their epilogues
-    communicate whole tiles)."""
     device = Device.current()
-    names = dtype_name(a.dtype), dtype_name(out_dtype)
-    return choose_config(m, n, k, *names, b_layout, sm_count=context_sm_count(device),
-                         smem_limit=device.smem_per_block_optin, allow_split=False,
-                         shapes=FUSED_TILES).kernel_config(*names, b_layout)
+    return choose_config(m, n, k, dtype_name(a.dtype), dtype_name(out_dtype), b_layout,
+                         sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
 
 
 def _gemm_args(cfg, a_map_source, b: DeviceArray, k: int, m: int, n: int) -> dict:

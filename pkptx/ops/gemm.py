@@ -13,7 +13,7 @@ from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
-from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, workspace_bytes
+from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
 
 _tmaps: dict = {}
 _TMAP_CACHE = 256
@@ -121,15 +121,15 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
             raise GemmArgumentError(f"gemm: {name} must be C-contiguous")
     device = Device.current()
     names = dtype_name(a.dtype), dtype_name(out_dtype)
-    plan = config or choose_config(m, n, k, *names, b_layout, sm_count=context_sm_count(device),
-                                   smem_limit=device.smem_per_block_optin)
-    cfg = check_config(plan, m, n, k, *names, b_layout)
+    schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
+                              smem_limit=device.smem_per_block_optin)
+    cfg = check_config(schedule, m, n, k, *names, b_layout)
     if out is None:
         out = empty((m, n), as_dtype(out_dtype))
     launchable = load(kernel.build, cfg, device)
     tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
     threads = 128 * (1 + cfg.consumers)
-    grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * plan.splits)
+    grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
         tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
         tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0)
@@ -138,11 +138,11 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
     else:
         values.update(c=out.ptr, m=m, n=n)
     if cfg.split_k:
-        partials, tickets = _split_workspace(device, stream, plan, m, n)
-        values.update(splits=plan.splits, split_ws=partials.ptr, split_tickets=tickets.ptr)
+        partials, tickets = _split_workspace(device, stream, schedule, m, n)
+        values.update(splits=schedule.splits, split_ws=partials.ptr, split_tickets=tickets.ptr)
     args = ordered_args(launchable, values)
     launchable[grid, threads, cfg.smem_bytes](*args, stream=stream)
     return out
 
 
-__all__ = ["gemm", "check_shapes", "check_config", "choose_config", "GemmConfig", "GemmArgumentError"]
+__all__ = ["gemm", "check_shapes", "check_config", "choose_config", "plan", "GemmConfig", "GemmArgumentError"]

@@ -120,15 +120,24 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     return out
 
 
-def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk", *, sm_count: int,
-                  smem_limit: int, allow_split: bool = True, shapes=DEFAULT_TILES,
-                  epilogues=("tma",)) -> GemmConfig:
-    """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
-    ``dtype`` and ``b_layout`` do not change the choice; they are taken so every caller states the problem."""
+def plan(m: int, n: int, k: int, out_dtype: str, *, sm_count: int, smem_limit: int, allow_split: bool = True,
+         shapes=DEFAULT_TILES, epilogues=("tma",)) -> GemmConfig:
+    """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits)."""
     out_bytes = 4 if out_dtype == "f32" else 2
     options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
                          epilogues=epilogues)
     return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count))
+
+
+WHOLE_TILES = ((128, 256), (128, 128))     # what the fused and grouped kernels are built around
+
+
+def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk", *, sm_count: int,
+                  smem_limit: int) -> kernel.Config:
+    """The kernel for GEMM-shaped kernels that communicate or group whole 128-row tiles (GEMM+RS,
+    AG+GEMM, GEMM+AR, grouped GEMM): the model's choice among WHOLE_TILES, without split-K."""
+    return plan(m, n, k, out_dtype, sm_count=sm_count, smem_limit=smem_limit, allow_split=False,
+                shapes=WHOLE_TILES).kernel_config(dtype, out_dtype, b_layout)
 
 
 def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
 from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig,
-                                 all_reduce_comm_sms, candidates, choose_config, estimate_s, fill, max_stages,
-                                 tiles_of, workspace_bytes)
+                                 WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s, fill,
+                                 max_stages, plan, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.kernels import gemm as kernel
 from pkptx.toolchain import assemble
@@ -32,7 +32,7 @@ def shapes(draw):
 @example(shape=(3000, 5000, 2000), sms=132, out="bf16")
 def test_chosen_config_is_legal_and_splits_only_idle_machines(shape, sms, out):
     m, n, k = shape
-    cfg = choose_config(m, n, k, "bf16", out, sm_count=sms, smem_limit=SMEM)
+    cfg = plan(m, n, k, out, sm_count=sms, smem_limit=SMEM)
     kcfg = check_config(cfg, m, n, k, "bf16", out, "nk")         # raises if illegal
     assert kcfg.smem_bytes <= SMEM and kcfg.split_k == (cfg.splits > 1)
     tiles = tiles_of(m, n, cfg.tile_m, cfg.tile_n)
@@ -51,21 +51,29 @@ def test_chosen_config_is_legal_and_splits_only_idle_machines(shape, sms, out):
     ((2048, 2048, 16384), GemmConfig(128, 256, 4, 1)),    # 128 tiles fill 132 SMs: no split
 ])
 def test_large_problems_keep_the_widest_tile_unsplit(shape, want):
-    assert choose_config(*shape, "bf16", "bf16", sm_count=H200, smem_limit=SMEM) == want
+    assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM) == want
 
 
 @pytest.mark.parametrize("shape", [(128, 8192, 8192), (16, 8192, 8192), (64, 4096, 16384), (1024, 1024, 16384)])
 def test_few_tiles_and_deep_k_split(shape):
-    cfg = choose_config(*shape, "bf16", "bf16", sm_count=H200, smem_limit=SMEM)
+    cfg = plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM)
     units = tiles_of(shape[0], shape[1], cfg.tile_m, cfg.tile_n) * cfg.splits
     assert cfg.splits > 1 and units >= 0.75 * H200, cfg
+
+
+@given(shape=shapes(), sms=st.sampled_from([132, 66]))
+def test_whole_tile_kernels_get_128_row_tiles_unsplit(shape, sms):
+    """choose_config serves the fused and grouped kernels: 128-row tiles of 256 or 128 columns, no split."""
+    cfg = choose_config(*shape, "bf16", "f32", "kn", sm_count=sms, smem_limit=SMEM)
+    assert isinstance(cfg, kernel.Config) and (cfg.tile_m, cfg.tile_n) in WHOLE_TILES and not cfg.split_k
+    assert (cfg.out_dtype, cfg.b_layout, cfg.stages) == ("f32", "kn", max_stages(cfg.tile_m, cfg.tile_n, SMEM))
 
 
 def test_the_direct_epilogue_is_weighed_only_when_asked():
     shape = (128, 8192, 8192)
     both = candidates(*shape, sm_count=H200, smem_limit=SMEM, epilogues=("tma", "direct"))
     assert {c.epilogue for c in both} == {"tma", "direct"}
-    assert choose_config(*shape, "bf16", "bf16", sm_count=H200, smem_limit=SMEM).epilogue == "tma"
+    assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM).epilogue == "tma"
     assert all(c.stages >= max_stages(c.tile_m, c.tile_n, SMEM) for c in both)
 
 
