@@ -46,7 +46,7 @@ def bf(x): return x.astype(ml_dtypes.bfloat16)
 
 @section("gemm-correct")
 def _():
-    from pkptx.ops.gemm import gemm
+    from pkptx.ops.gemm import GemmConfig, gemm
     from pkptx.templates.kernels.gemm import Config, reference
     rng = np.random.default_rng(1)
     OUT = {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "f16": np.float16}
@@ -64,7 +64,7 @@ def _():
         A, B = from_numpy(a), from_numpy(b)
         out_dt = OUT[cfg.out_dtype] if cfg else ml_dtypes.bfloat16
         C = empty((m, n), out_dt); C.fill(0x7FC0 if out_dt is ml_dtypes.bfloat16 else 0x7E00 if out_dt is np.float16 else 0x7FC00000)
-        gemm(A, B, C, config=cfg, b_layout=layout); dev.synchronize()
+        gemm(A, B, C, config=cfg and GemmConfig(cfg.tile_m, cfg.tile_n, cfg.stages), b_layout=layout); dev.synchronize()
         ref = reference(a, b, layout)
         got = C.to_numpy().astype(np.float64)
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)

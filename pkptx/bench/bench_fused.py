@@ -28,8 +28,11 @@ def main(argv=None) -> int:
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--sizes", default="2048,4096,8192,16384")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--num-comm-sms", type=int, default=8)
+    ap.add_argument("--num-comm-sms", type=int, default=None,
+                    help="communicator SMs of ag_gemm and gemm_ar (default: 8 for ag_gemm, gemm_ar's model)")
     args = ap.parse_args(argv)
+    ag_sms = args.num_comm_sms or 8
+    ar_sms = args.num_comm_sms or "model"
     import ml_dtypes
 
     import pkptx
@@ -82,13 +85,13 @@ def main(argv=None) -> int:
         rows_r = slice(world.rank * (n // w), (world.rank + 1) * (n // w))
         full.local.copy_from_numpy(np.pad(shard.local.to_numpy(), ((rows_r.start, n - rows_r.stop), (0, 0))))
         world.barrier(what="ag inputs")
-        fused_out = pkptx.ag_gemm(full, b, world, num_comm_sms=args.num_comm_sms, fused=True, stream=stream)
+        fused_out = pkptx.ag_gemm(full, b, world, num_comm_sms=ag_sms, fused=True, stream=stream)
         gathered = heap.alloc((n, n), bf16)
         pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream)
         plain_out = pkptx.gemm(gathered.local, b, stream=stream)
         pkptx.synchronize(stream)
         err = rel(fused_out.to_numpy(), plain_out.to_numpy())
-        t_fused = timed(lambda: pkptx.ag_gemm(full, b, world, out=fused_out, num_comm_sms=args.num_comm_sms, fused=True,
+        t_fused = timed(lambda: pkptx.ag_gemm(full, b, world, out=fused_out, num_comm_sms=ag_sms, fused=True,
                                               stream=stream))
         t_comm = timed(lambda: pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream))
         t_gemm = timed(lambda: pkptx.gemm(gathered.local, b, plain_out, stream=stream))
@@ -114,12 +117,12 @@ def main(argv=None) -> int:
         rows.append(["gemm_rs", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
                      f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
                     + baseline("gemm_rs", n, t_fused))
-        pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, fused=True, stream=stream)
+        pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=ar_sms, fused=True, stream=stream)
         pkptx.gemm(a, b, partial.local, stream=stream)
         pkptx.all_reduce(partial, world, stream=stream)
         pkptx.synchronize(stream)
         err = rel(ar_out.local.to_numpy(), partial.local.to_numpy())
-        t_fused = timed(lambda: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=args.num_comm_sms, fused=True,
+        t_fused = timed(lambda: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=ar_sms, fused=True,
                                               stream=stream))
         t_comm = timed(lambda: pkptx.all_reduce(partial, world, stream=stream))
         rows.append(["gemm_ar", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
@@ -133,7 +136,9 @@ def main(argv=None) -> int:
         report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {min(gpus, w)} GPU(s){suffix}",
                ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
                 "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
-               sharing_note + f"num_comm_sms={args.num_comm_sms}; median of CUDA events, GPU time (a GPU spin before each repeat "
+               sharing_note + f"num_comm_sms: ag_gemm {ag_sms}, gemm_ar {ar_sms} (at 1 rank gemm_ar is the plain "
+               "GEMM); "
+               "median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host); shapes per GPU as in pk-design 7.",
                args.record)
     heap.close()

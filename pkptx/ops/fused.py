@@ -25,6 +25,7 @@ from ..templates.kernels import gemm_rs as rs_kernel
 from . import collectives
 from .common import ArgumentError, dtype_name, load
 from .gemm import _as_array, _tensor_map, check_shapes, choose_config, gemm
+from .gemm_plan import all_reduce_comm_sms
 
 _MASK32 = (1 << 32) - 1
 _flag_arrays: dict = {}
@@ -192,17 +193,27 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     return out
 
 
-def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm_sms=8, stream=None,
+def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm_sms="model", stream=None,
             fused: bool | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
-    """``out`` (M x N, the same on every rank) = sum over ranks of A_r·B_rᵀ for this rank's K-shards."""
+    """``out`` (M x N, the same on every rank) = sum over ranks of A_r·B_rᵀ for this rank's K-shards.
+    ``num_comm_sms``: an int, "auto" (timed once per shape), or "model" (bytes to reduce against the
+    GEMM's modelled time, :func:`pkptx.ops.gemm_plan.all_reduce_comm_sms`). At world 1 the sum is the
+    partial itself: the plain GEMM on every SM, fused or not."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, b_layout=b_layout)
     if not isinstance(out, SymmetricBuffer) or out.heap.world is not world or out.shape != (m, n):
         raise ArgumentError(f"gemm_ar: out must be a ({m}, {n}) SymmetricBuffer of this world")
     if dtype_name(out.dtype) not in ("bf16", "f16", "f32"):
         raise ArgumentError(f"gemm_ar: out dtype must be bfloat16, float16 or float32, got {out.dtype}")
-    _check_comm_sms("gemm_ar", num_comm_sms)
+    if num_comm_sms != "model":
+        _check_comm_sms("gemm_ar", num_comm_sms)
+    if world.size == 1:
+        gemm(a, b, out.local, b_layout=b_layout, stream=stream)
+        return out
     cfg = ar_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k), multicast=out.multicast_ptr is not None)
+    if num_comm_sms == "model":
+        num_comm_sms = all_reduce_comm_sms(m, n, k, out.dtype.itemsize, world.size, context_sm_count(),
+                                           (cfg.gemm.tile_m, cfg.gemm.tile_n))
     if fused is None:
         fused = overlap_pays(m, n, cfg.gemm, world.size, context_sm_count(), row_sharded=False)
     if not fused:

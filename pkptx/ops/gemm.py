@@ -1,13 +1,19 @@
-"""``pkptx.gemm(a, b, out=None, *, b_layout="nk", stream=None)``: the warp-specialized TMA/wgmma GEMM."""
+"""``pkptx.gemm(a, b, out=None, *, b_layout="nk", stream=None, config=None)``: the warp-specialized
+TMA/wgmma GEMM, scheduled per shape by :mod:`.gemm_plan` (tile shape, stages, deterministic split-K)."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..errors import PTXBuildError
 from ..launch import Device, TensorMap, as_dtype, empty, from_dlpack
 from ..launch.array import DeviceArray
+from ..launch.device import as_stream
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
-from ..templates.gemm_parts import STAGING_BYTES, TILE_K
+from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
+from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
 
 _tmaps: dict = {}
 _TMAP_CACHE = 256
@@ -53,9 +59,10 @@ def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=N
         want = "N x K" if b_layout == "nk" else "K x N"
         raise GemmArgumentError(f"gemm: with b_layout={b_layout!r}, b must be {want} with K = a.shape[1] = {k}, "
                                 f"got b{tuple(b_shape)}")
-    for name, value in (("M", m), ("N", n), ("K", k)):
-        if value <= 0 or value % 16:
-            raise GemmArgumentError(f"gemm: {name} = {value} must be a positive multiple of 16")
+    for name, value, step in (("M", m, 1), ("N", n, 8), ("K", k, 16)):
+        if value <= 0 or value % step:
+            raise GemmArgumentError(f"gemm: {name} = {value} must be a positive multiple of {step}"
+                                    + (" (16-byte rows for TMA)" if name == "N" else ""))
     if dtype_name(a_dtype) not in ("bf16", "f16") or str(a_dtype) != str(b_dtype):
         raise GemmArgumentError(f"gemm: a and b must both be bfloat16 or both float16, got {a_dtype} and {b_dtype}")
     if out_shape is not None and tuple(out_shape) != (m, n):
@@ -65,24 +72,45 @@ def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=N
     return m, n, k
 
 
-def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk",
-                  *, sm_count: int, smem_limit: int) -> kernel.Config:
-    """Tile shape per problem from the device's SM count and shared-memory limit: 128 x 256 tiles when
-    the problem fills the device with them, else 128 x 128; then as many stages as fit."""
-    wide = -(-m // 128) * -(-n // 256) >= sm_count
-    tile_n = 256 if wide else 128
-    per_stage = (128 + tile_n) * TILE_K * 2
-    stages = min(8, (smem_limit - 2 * STAGING_BYTES - 1024) // per_stage)
-    if wide and stages > 4:
-        stages = 4
-    return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=128, tile_n=tile_n,
-                         stages=stages)
+def check_config(cfg, m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
+    """The kernel of a forced ``config`` after checking it fits this problem; no GPU needed."""
+    if not isinstance(cfg, GemmConfig):
+        raise GemmArgumentError(f"gemm: config must be a pkptx.ops.gemm.GemmConfig, got {type(cfg).__name__}")
+    k_blocks = -(-k // TILE_K)
+    if not isinstance(cfg.splits, int) or not 1 <= cfg.splits <= min(MAX_SPLITS, k_blocks):
+        raise GemmArgumentError(f"gemm: config.splits = {cfg.splits!r} must be in 1..{min(MAX_SPLITS, k_blocks)} "
+                                f"(at most one K slice per 64-deep k-block, K = {k})")
+    try:
+        return cfg.kernel_config(dtype, out_dtype, b_layout)
+    except PTXBuildError as exc:
+        raise GemmArgumentError(f"gemm: config {cfg} is not a legal kernel: {exc}") from None
 
 
-def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Config | None = None,
+_workspaces: dict = {}
+
+
+def _split_workspace(device: Device, stream, cfg: GemmConfig, m: int, n: int) -> tuple[DeviceArray, DeviceArray]:
+    """(f32 partials, u32 ticket counters) for a split-K launch, one pair per device and stream, grown
+    on demand. The counters are zeroed once: every launch leaves them at 0 again (the last slice of a
+    slab resets its counter), so calls need no memset; launches on one stream never overlap."""
+    part_bytes, slabs = workspace_bytes(cfg, m, n)
+    s = as_stream(stream)
+    key = (device.ordinal, s.handle)
+    have = _workspaces.get(key)
+    if have is None or have[0].nbytes < part_bytes or have[1].size < slabs:
+        size = max(part_bytes, have[0].nbytes if have else 0)
+        count = max(slabs, have[1].size if have else 0)
+        have = _workspaces[key] = (empty((size // 4,), np.float32, stream=s),
+                                   empty((count,), np.uint32, stream=s).fill(0, stream=s))
+    return have
+
+
+def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfig | None = None,
          timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
     """C = A·Bᵀ (``b_layout="nk"``: B is N x K) or C = A·B (``"kn"``: B is K x N) for row-major bf16/f16
-    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``."""
+    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``.
+    ``config`` forces a schedule (:class:`GemmConfig`: tile, stages, K splits) instead of the model's.
+    Split-K results are deterministic: the same bits every run."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     out = _as_array(out, "out") if out is not None else None
     out_dtype = out.dtype if out is not None else a.dtype
@@ -92,22 +120,29 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Co
         if not arr.is_contiguous:
             raise GemmArgumentError(f"gemm: {name} must be C-contiguous")
     device = Device.current()
-    cfg = config or choose_config(m, n, k, dtype_name(a.dtype), dtype_name(out_dtype), b_layout,
-                                  sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
-    if cfg.b_layout != b_layout:
-        raise GemmArgumentError(f"gemm: config.b_layout={cfg.b_layout!r} but b_layout={b_layout!r}")
+    names = dtype_name(a.dtype), dtype_name(out_dtype)
+    schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
+                              smem_limit=device.smem_per_block_optin)
+    cfg = check_config(schedule, m, n, k, *names, b_layout)
     if out is None:
         out = empty((m, n), as_dtype(out_dtype))
     launchable = load(kernel.build, cfg, device)
     tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
     threads = 128 * (1 + cfg.consumers)
-    grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n)
-    args = ordered_args(launchable, dict(
-        tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box),
-        tmap_c=_tensor_map(out, cfg.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, rank=0, world=1,
-        status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0))
+    grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * schedule.splits)
+    values = dict(
+        tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
+        tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0)
+    if cfg.epilogue == "tma":
+        values.update(tmap_c=_tensor_map(out, cfg.c_box))
+    else:
+        values.update(c=out.ptr, m=m, n=n)
+    if cfg.split_k:
+        partials, tickets = _split_workspace(device, stream, schedule, m, n)
+        values.update(splits=schedule.splits, split_ws=partials.ptr, split_tickets=tickets.ptr)
+    args = ordered_args(launchable, values)
     launchable[grid, threads, cfg.smem_bytes](*args, stream=stream)
     return out
 
 
-__all__ = ["gemm", "check_shapes", "choose_config", "GemmArgumentError"]
+__all__ = ["gemm", "check_shapes", "check_config", "choose_config", "plan", "GemmConfig", "GemmArgumentError"]

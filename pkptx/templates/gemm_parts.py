@@ -11,7 +11,7 @@ Shared-memory operand layouts (all written by TMA with 128-byte swizzle):
 """
 from __future__ import annotations
 
-from ..isa import Builder, Reg, address, b32, f32, u32
+from ..isa import Builder, Reg, Vec, address, b32, f32, u32
 from ..primitives.wgmma import advance, smem_desc, warp_quad
 from .lcsc import Ctx
 
@@ -110,3 +110,34 @@ def stage_accumulators(ctx: Ctx, acc, wg, staging: Reg, *, n: int, out_type: str
             for sub in range(min(pass_cols, n - first_col) // sub_cols):
                 issue(b.add(u32, staging, sub * SUBTILE_ROWS * 128, name="sub_tile"), first_col + sub * sub_cols)
             b.bulk_commit_group()
+
+
+def store_fragments(b: Builder, acc, wg_tid: Reg, *, n: int, out_type: str, c_ptr: Reg, row0: Reg, col0: Reg,
+                    rows: Reg, cols: Reg) -> None:
+    """Store a warpgroup's 64 x n accumulators straight from registers into row-major C (``rows`` x
+    ``cols``, ``cols`` even) at (row0, col0), clipped to C: no shared memory and no wait for a TMA
+    engine, so the tensor cores get the next tile sooner (at the price of 4- or 8-byte stores, half a
+    sector each). Weak stores: the kernel's end publishes them.
+
+    PTX per 8-column chunk c and half h: ``@ok st.global.b32 [p_h + 2*8c], {cvt.rn.bf16x2.f32}`` (f32:
+    ``st.global.v2.f32``), ``p_h`` the lane's address in row ``row0 + frag_row + 8h``.
+    """
+    out_bytes = 4 if out_type == "f32" else 2
+    frag_row, frag_col = warp_quad(b, wg_tid)
+    row = b.add(u32, row0, frag_row, name="c_row")
+    col = b.add(u32, col0, frag_col, name="c_col")
+    cols_left = b.sub("s32", cols, col, name="cols_left")
+    line = b.cvt("u64", u32, cols)
+    first = b.mad("u64", b.add("u64", b.mul(u32, row, cols, mode="wide"), b.cvt("u64", u32, col)),
+                  out_bytes, c_ptr, mode="lo", name="c_addr")
+    for half in (0, 1):
+        ok_row = b.setp("lt", u32, b.add(u32, row, 8 * half), rows, name="row_in_c")
+        base = first if half == 0 else b.mad("u64", line, 8 * out_bytes, first, mode="lo", name="c_addr8")
+        for chunk in range(n // 8):
+            ok = b.setp("gt", "s32", cols_left, 8 * chunk, combine="and", c=ok_row, name="in_c")
+            lo, hi = acc[4 * chunk + 2 * half], acc[4 * chunk + 2 * half + 1]
+            dst = address(base, 8 * chunk * out_bytes)
+            if out_bytes == 4:
+                b.st(f32, dst, Vec((lo, hi)), space="global", pred=ok)
+            else:
+                b.st(b32, dst, b.cvt(f"{out_type}x2", f32, hi, lo, rnd="rn"), space="global", pred=ok)

@@ -1,5 +1,7 @@
-"""pkptx.gemm on the GPU against a float64 numpy reference, over hypothesis-chosen shapes and layouts;
-and the cubin's machine code: HGMMA and UTMALDG present, no local-memory spills."""
+"""pkptx.gemm on the GPU against a float64 numpy reference, over hypothesis-chosen shapes (tails in M
+and N, K a multiple of 16 only), layouts, dtypes and schedules (the model's, or any candidate it weighs,
+split-K and 64-row tiles included); split-K giving the same bits twice; and the cubin's machine code:
+HGMMA and UTMALDG present, no local-memory spills."""
 from __future__ import annotations
 
 import shutil
@@ -11,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pkptx.ops.gemm import GemmArgumentError, check_shapes, gemm
+from pkptx.ops.gemm import GemmArgumentError, GemmConfig, check_shapes, gemm
+from pkptx.ops.gemm_plan import TILE_RATE, candidates
 from pkptx.templates.kernels import gemm as kernel
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
@@ -21,27 +24,63 @@ BOUND = {"bf16": 1e-2, "f16": 2e-3, "f32": 2e-3}     # relative Frobenius error,
 
 @st.composite
 def problems(draw):
-    m, n, k = (16 * draw(st.integers(1, hi)) for hi in (96, 96, 64))
+    m, n, k = draw(st.integers(1, 1024)), 8 * draw(st.integers(1, 128)), 16 * draw(st.integers(1, 160))
     return (m, n, k, draw(st.sampled_from(["nk", "kn"])), draw(st.sampled_from(["bf16", "f16"])),
             draw(st.sampled_from(["bf16", "f16", "f32"])))
 
 
-@pytest.mark.gpu
-@settings(max_examples=40, deadline=None)
-@given(problem=problems(), seed=st.integers(0, 2**32 - 1))
-def test_gemm_matches_float64(gpu, problem, seed):
+@st.composite
+def schedules(draw, m, n, k, sms):
+    """None (the model's choice) or any schedule the model weighs for this shape, split-K included."""
+    options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024, shapes=tuple(TILE_RATE),
+                         epilogues=("tma", "direct"))
+    split = [c for c in options if c.splits > 1]
+    return draw(st.one_of(st.none(), st.sampled_from(options), *([st.sampled_from(split)] if split else [])))
+
+
+def _run(problem, seed, config):
     from pkptx.launch import empty, from_numpy
     m, n, k, layout, dtype, out_dtype = problem
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32).astype(DTYPES[dtype])
     b = rng.standard_normal((n, k) if layout == "nk" else (k, n), dtype=np.float32).astype(DTYPES[dtype])
-    out = empty((m, n), DTYPES[out_dtype]).fill(POISON[out_dtype])
-    gemm(from_numpy(a), from_numpy(b), out, b_layout=layout)
-    got = out.to_numpy().astype(np.float64)
+    out = empty((m, n), DTYPES[out_dtype]).fill_bits(POISON[out_dtype])
+    gemm(from_numpy(a), from_numpy(b), out, b_layout=layout, config=config)
+    return a, b, out.to_numpy()
+
+
+@pytest.mark.gpu
+@settings(max_examples=20, deadline=None)
+@given(problem=problems(), seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_gemm_matches_float64(gpu, problem, seed, data):
+    from pkptx.launch.occupancy import context_sm_count
+    m, n, k, layout, dtype, out_dtype = problem
+    config = data.draw(schedules(m, n, k, context_sm_count(gpu)), label="config")
+    a, b, got = _run(problem, seed, config)
+    got = got.astype(np.float64)
     ref = kernel.reference(a, b, layout)
     assert not np.isnan(got).any(), "unwritten (poisoned) outputs remain"
-    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-    assert err < BOUND[out_dtype], err
+    err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+    assert err < BOUND[out_dtype], (err, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, config", [
+    ((128, 4096, 8192, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, 4)),
+    ((16, 2048, 16384, "kn", "bf16", "f32"), GemmConfig(64, 256, 5, 16)),
+    ((1000, 1000, 4000, "nk", "f16", "f16"), GemmConfig(128, 192, 4, 3)),
+    ((1000, 1000, 4000, "nk", "bf16", "f32"), GemmConfig(128, 128, 7, 4, epilogue="direct")),
+    ((128, 4096, 8192, "nk", "bf16", "bf16"), None),
+])
+def test_split_k_same_bits_twice_and_close(gpu, problem, config):
+    """Deterministic: the same bits on a second run, whichever slice arrives last each time; and the
+    counters left at 0 (a second run that read stale tickets would lose or double partials)."""
+    a, b, first = _run(problem, 1, config)
+    _, _, second = _run(problem, 1, config)
+    assert first.tobytes() == second.tobytes()
+    ref = kernel.reference(a, b, problem[3])
+    err = np.linalg.norm(first.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert err < BOUND[problem[5]], err
 
 
 def _disassembler():
@@ -52,8 +91,10 @@ def _disassembler():
     return None
 
 
-@pytest.mark.parametrize("cfg", [kernel.Config(), kernel.Config(b_layout="kn"), kernel.Config(out_dtype="f32")],
-                         ids=["nk", "kn", "f32"])
+@pytest.mark.parametrize("cfg", [kernel.Config(), kernel.Config(b_layout="kn"), kernel.Config(out_dtype="f32"),
+                                 kernel.Config(split_k=True), kernel.Config(tile_m=64, stages=5, split_k=True),
+                                 kernel.Config(epilogue="direct")],
+                         ids=["nk", "kn", "f32", "split", "split64", "direct"])
 def test_sass_uses_tensor_cores_and_tma_without_spills(cfg, tmp_path):
     tool = _disassembler()
     if tool is None:
@@ -63,8 +104,8 @@ def test_sass_uses_tensor_cores_and_tma_without_spills(cfg, tmp_path):
     cubin = tmp_path / "gemm.cubin"
     cubin.write_bytes(compiled.cubin.data)
     sass = subprocess.run([*tool, str(cubin)], capture_output=True, text=True, check=True).stdout
-    assert "HGMMA.64x256x16.F32" in sass
-    assert "UTMALDG" in sass and "UTMASTG" in sass
+    assert f"HGMMA.64x{cfg.tile_n}x16.F32" in sass
+    assert "UTMALDG" in sass and ("UTMASTG" in sass) == (cfg.epilogue == "tma")
     assert "LDL" not in sass and "STL" not in sass
 
 

@@ -5,7 +5,12 @@ LCSC template; the fused kernels (GEMM+RS, AG+GEMM, GEMM+AR) reuse its roles thr
 
 A is M x K row-major; B is N x K row-major (``b_layout="nk"``, C = A·Bᵀ) or K x N row-major
 (``"kn"``, C = A·B); C is M x N row-major, bf16, f16 or f32; fp32 accumulation. M, N, K must be multiples
-of 16; partial tiles are handled by TMA (zero fill on loads, clipping on stores).
+of 16, M any, N a multiple of 8 (16-byte rows for TMA); partial tiles are handled by TMA (zero fill on
+loads, clipping on stores).
+
+``split_k=True`` builds the deterministic split-K form (:mod:`..split_k`): work units are (tile, K slice)
+pairs, ``splits`` (a parameter) slices per tile, partials in an f32 workspace, and the last slice to
+arrive sums them in slice order and stores C.
 """
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, address, b8, f32, u32
+from ...isa import Param, address, b8, f32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, stage_of, tile_of
+from ..gemm_parts import (BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, stage_of,
+                          store_fragments, tile_of)
 from ..lcsc import Buffer, Ring, Template
+from ..split_k import k_range, reduce_slab, slice_of
 
 SMEM_LIMIT = 227 * 1024
 
@@ -32,6 +39,8 @@ class Config:
     tile_n: int = 256
     stages: int = 4
     group_m: int = 8             # tile rows walked together for L2 reuse
+    split_k: bool = False        # work units are (tile, K slice); see split_k
+    epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -40,6 +49,8 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.tile_m not in (64, 128) or self.tile_n % BOX_COLS or not BOX_COLS <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of 64 up to 256, got {self}")
+        if self.epilogue not in ("tma", "direct"):
+            raise PTXBuildError(f"gemm Config.epilogue must be 'tma' or 'direct', got {self.epilogue!r}")
         if self.smem_bytes > SMEM_LIMIT:
             raise PTXBuildError(f"gemm Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
 
@@ -58,7 +69,12 @@ class Config:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory to launch with: stages, epilogue staging and alignment slack."""
-        return self.stages * (self.a_bytes + self.b_bytes) + self.consumers * STAGING_BYTES + 1024
+        return self.stages * (self.a_bytes + self.b_bytes) + self.staging_bytes + 1024
+
+    @property
+    def staging_bytes(self) -> int:
+        """The TMA epilogue's staging buffers (none for the direct epilogue)."""
+        return self.consumers * STAGING_BYTES if self.epilogue == "tma" else 0
 
     @property
     def b_box(self) -> tuple[int, int]:
@@ -74,14 +90,20 @@ GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param
                Param("tiles_m", u32), Param("tiles_n", u32))
 
 
+SPLIT_PARAMS = (Param("splits", u32), Param("split_ws", u64, pointer=True), Param("split_tickets", u64, pointer=True))
+
+
 def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), progress: bool = True,
              comm_first: bool = False) -> Template:
-    """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers."""
+    """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers (and for
+    split-K its parameters and one shared word per consumer warpgroup for the drawn ticket)."""
+    split = cfg.split_k
     return Template(
-        name, params=GEMM_PARAMS + tuple(params), layouts=tuple(layouts), tensor_maps=tuple(tensor_maps),
+        name, params=GEMM_PARAMS + (SPLIT_PARAMS if split else ()) + tuple(params), layouts=tuple(layouts),
+        tensor_maps=tuple(tensor_maps), buffers=(Buffer("split_ticket", 4 * cfg.consumers, 4),) if split else (),
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
-                         Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024),
-                         Buffer("staging", cfg.consumers * STAGING_BYTES, 1024)),
+                         Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
+        + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, 4 * cfg.consumers)),
         consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
@@ -90,8 +112,18 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
     """The GEMM's roles for ``Template.build``. Hooks for the fused kernels: ``tile(ctx, task)`` gives
     (tile_m, tile_n) (default: the grouped order), ``before_a(ctx, tile_m)`` runs on the loader lane
     before a tile's A rows are loaded (e.g. wait for them to arrive), ``store(ctx, acc, tm, tn, wg,
-    staging)`` disposes of a warpgroup's finished 64 rows."""
+    staging)`` disposes of a warpgroup's finished 64 rows. With ``cfg.split_k`` a task is a (tile, K
+    slice) unit and ``store`` runs only on the warpgroup that finishes the slab."""
     tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
+
+    def unit(ctx, task):
+        """(tile row, tile column, first k-block, end k-block, tile index, K slice) of a task."""
+        b = ctx.b
+        if not cfg.split_k:
+            return (*tile(ctx, task), 0, ctx.param("k_blocks"), task, None)
+        tile_index, k_slice = slice_of(b, task, ctx.param("splits"))
+        return (*tile(ctx, tile_index), *k_range(b, k_slice, ctx.param("splits"), ctx.param("k_blocks")),
+                tile_index, k_slice)
 
     def prologue(ctx):
         b = ctx.b
@@ -99,15 +131,15 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
                 k_blocks=b.div(u32, b.add(u32, ctx.param("k"), TILE_K - 1), TILE_K, name="k_blocks"))
 
     def loader(ctx, task):
-        """One lane walks the tile's k-blocks: wait for a free stage, announce its bytes, issue the loads."""
+        """One lane walks the unit's k-blocks: wait for a free stage, announce its bytes, issue the loads."""
         b = ctx.b
-        tm, tn = tile(ctx, task)
+        tm, tn, kb_first, kb_end, _, _ = unit(ctx, task)
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
             if before_a is not None:
                 before_a(ctx, tm)
             tmap_a, tmap_b = tensor_map_param(b, "tmap_a"), tensor_map_param(b, "tmap_b")
             row, col = b.mul(u32, tm, cfg.tile_m, mode="lo"), b.mul(u32, tn, cfg.tile_n, mode="lo")
-            for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
+            for kb in b.range(kb_first, kb_end, name="kb"):
                 stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
                 wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
                             name="wait_free")
@@ -126,9 +158,10 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
                 b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
 
     def consumer(ctx, task):
-        """Each warpgroup multiplies its 64 rows of the tile over every k-block, then stores them."""
+        """Each warpgroup multiplies its 64 rows of the tile over the unit's k-blocks, then stores them
+        (split-K: publishes its partial, and stores the sum if it is the slab's last slice)."""
         b = ctx.b
-        tm, tn = tile(ctx, task)
+        tm, tn, kb_first, kb_end, tile_index, k_slice = unit(ctx, task)
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         acc = b.regs(f32, cfg.tile_n // 2, name="acc")
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
@@ -136,7 +169,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
         def release(it_done):
             b.mbarrier_arrive(ctx.rings["empty"].bar(b, stage_of(b, it_done, cfg.stages)[0]), pred=lane0)
 
-        for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
+        for kb in b.range(kb_first, kb_end, name="kb"):
             stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
             wait_parity(b, ctx.rings["full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
                         name="wait_full")
@@ -144,18 +177,32 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
                            mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
             mma_k_block(b, acc, a_tile, b_tile, n=cfg.tile_n, dtype=cfg.dtype, b_layout=cfg.b_layout,
-                        first=b.setp("eq", u32, kb, 0, name="first_k"))
-            with b.if_then(b.setp("ne", u32, kb, 0, name="not_first"), uniform=True):
+                        first=b.setp("eq", u32, kb, kb_first, name="first_k"))
+            with b.if_then(b.setp("ne", u32, kb, kb_first, name="not_first"), uniform=True):
                 b.wgmma_wait_group(1)          # the previous k-block's wgmma are done with their stage
                 release(b.sub(u32, ctx.param("it"), 1))
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
         b.wgmma_wait_group(0)
         release(b.sub(u32, ctx.param("it"), 1))
-        staging = b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
-        store(ctx, acc, tm, tn, wg, staging)
+        staging = (b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
+                   if cfg.staging_bytes else None)
+        if not cfg.split_k:
+            store(ctx, acc, tm, tn, wg, staging)
+            return
+        wg_tid = b.and_("b32", ctx.role_tid, 127, name="split_tid")
+        finished = reduce_slab(
+            b, acc, tile_n=cfg.tile_n, slab=b.mad(u32, tile_index, cfg.consumers, wg, mode="lo", name="slab"),
+            k_slice=k_slice, splits=ctx.param("splits"), workspace=ctx.param("split_ws"),
+            tickets=ctx.param("split_tickets"), wg_tid=wg_tid, barrier_id=b.add(u32, wg, 1, name="split_barrier"),
+            ticket_smem=b.mad(u32, wg, 4, ctx.smem["split_ticket"], mode="lo", name="ticket_word"))
+        with b.if_then(finished, uniform=True):
+            store(ctx, acc, tm, tn, wg, staging)
 
-    return dict(num_tasks=lambda ctx: ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo"),
-                prologue=prologue, loader=loader, consumer=consumer)
+    def num_tasks(ctx):
+        tiles = ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo", name="tiles")
+        return ctx.b.mul(u32, tiles, ctx.param("splits"), mode="lo", name="units") if cfg.split_k else tiles
+
+    return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
 def slab_origin(ctx, cfg: Config, tm, tn, wg):
@@ -177,12 +224,28 @@ def store_c(cfg: Config):
     return store
 
 
+def store_direct(cfg: Config):
+    """The store hook that writes a warpgroup's slab from registers into the ``c`` parameter's array."""
+    def store(ctx, acc, tm, tn, wg, staging):
+        b = ctx.b
+        row, col = slab_origin(ctx, cfg, tm, tn, wg)
+        store_fragments(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n,
+                        out_type=cfg.out_dtype, c_ptr=ctx.param("c"), row0=row, col0=col, rows=ctx.param("m"),
+                        cols=ctx.param("n"))
+    return store
+
+
 C_PARAM = Param("tmap_c", b8, 128, 64)
+DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32))
 
 
 def build(cfg: Config = Config()):
-    t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}",
-                 params=(C_PARAM,), progress=False)       # no block waits on another
+    direct = cfg.epilogue == "direct"
+    t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
+                      f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}",
+                 params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
+    if direct:
+        return t.build(**roles(cfg, store=store_direct(cfg)))
     return t.build(**roles(cfg, store=store_c(cfg)), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 
@@ -197,3 +260,6 @@ def catalog():
     yield build(Config(out_dtype="f32"))
     yield build(Config(b_layout="kn"))
     yield build(Config(dtype="f16", tile_n=128, stages=6))
+    yield build(Config(split_k=True))
+    yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
+    yield build(Config(epilogue="direct"))

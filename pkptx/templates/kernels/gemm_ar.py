@@ -13,14 +13,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import PTXBuildError
 from ...isa import Param, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ...primitives.tile import reduce_vector
+from ..gemm_parts import tile_of
 from ..progress import FLAGS, close_barrier
 from . import gemm
 
 CBUF, DONE = ParallelLayout("c"), ParallelLayout("done")
+REDUCE_THREADS = 256     # communicator threads that reduce a full tile (a power of two: rows split evenly)
+BATCH = 8                # 16-byte vectors per thread and step: loads in flight together
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,14 @@ class Config:
 
 def build(cfg: Config = Config()):
     g = cfg.gemm
+    if g.split_k:
+        raise PTXBuildError("gemm_ar: the fused kernel communicates whole tiles; split-K is the plain gemm's")
     out_bytes = 4 if g.out_dtype == "f32" else 2
+    vec_per_row = g.tile_n * out_bytes // 16
+    steps, rest = divmod(g.tile_m * vec_per_row, REDUCE_THREADS * BATCH)
+    if rest:
+        raise PTXBuildError(f"gemm_ar: a {g.tile_m}x{g.tile_n} tile is not whole steps of {REDUCE_THREADS} x {BATCH} "
+                            "16-byte vectors")
     store_local = gemm.store_c(g)
     t = gemm.template(g, f"gemm_ar_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}"
                       f"{'_mc' if cfg.multicast else ''}",
@@ -49,29 +60,60 @@ def build(cfg: Config = Config()):
             owner = b.rem(u32, tile, ctx.world, name="tile_owner")
             signal(b, flag_address(b, ctx.layouts["done"], owner, tile), 1, sem=Sem.RELEASE, scope="sys")
 
-    def reduce_tile(ctx, tile):
-        """Wait for every rank's slabs of an owned tile, then all-reduce it, 16 bytes per thread-step."""
+    def reduce_tile(ctx, task):
+        """Walk the tiles in the compute blocks' (grouped) order, so the tile waited for is one the
+        compute side finishes soon; for an owned tile, wait for every rank's slabs, then all-reduce it."""
         b = ctx.b
-        with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
-            expected = b.mul(u32, ctx.param("epoch"), b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo")
-            wait(b, flag_address(b, ctx.layouts["done"], ctx.rank, tile), expected, sem=Sem.ACQUIRE, scope="sys",
-                 deadline=ctx.deadline, flag_id=tile)
-        b.bar_sync(0)
-        tm = b.div(u32, tile, ctx.param("tiles_n"), name="ar_tile_m")
-        tn = b.rem(u32, tile, ctx.param("tiles_n"), name="ar_tile_n")
-        vec_per_row = g.tile_n * out_bytes // 16
+        tm, tn = tile_of(ctx, task, g.group_m)
+        tile = b.mad(u32, tm, ctx.param("tiles_n"), tn, mode="lo", name="ar_tile")
+        with b.if_then(b.setp("eq", u32, b.rem(u32, tile, ctx.world), ctx.rank, name="owned"), uniform=True):
+            with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
+                expected = b.mul(u32, ctx.param("epoch"), b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo")
+                wait(b, flag_address(b, ctx.layouts["done"], ctx.rank, tile), expected, sem=Sem.ACQUIRE,
+                     scope="sys", deadline=ctx.deadline, flag_id=tile)
+            b.bar_sync(0)
+            row0 = b.mul(u32, tm, g.tile_m, mode="lo", name="ar_row0")
+            col0 = b.mul(u32, tn, g.tile_n, mode="lo", name="ar_col0")
+            full = b.setp("le", u32, b.add(u32, row0, g.tile_m), ctx.param("m"), combine="and",
+                          c=b.setp("le", u32, b.add(u32, col0, g.tile_n), ctx.param("n")), name="full_tile")
+            with b.if_else(full, uniform=True) as (inner, edge):
+                with inner:
+                    reduce_full_tile(ctx, row0, col0)
+                with edge:
+                    reduce_edge_tile(ctx, row0, col0)
+            b.bar_sync(0)
+
+    def element_offset(ctx, row0, col0, v):
+        """Byte offset in C of 16-byte vector ``v`` of the tile at (row0, col0), and its row and column."""
+        b = ctx.b
+        row = b.add(u32, row0, b.div(u32, v, vec_per_row), name="ar_row")
+        col = b.mad(u32, b.rem(u32, v, vec_per_row), 16 // out_bytes, col0, mode="lo", name="ar_col")
+        offset = b.mul(u64, b.mad(u64, b.cvt(u64, u32, row), b.cvt(u64, u32, ctx.param("n")), b.cvt(u64, u32, col),
+                                  mode="lo"), out_bytes, mode="lo", name="ar_off")
+        return offset, row, col
+
+    def reduce_full_tile(ctx, row0, col0):
+        """A tile inside C: the first REDUCE_THREADS threads take BATCH vectors per step each, every
+        load in flight before the first store (no bounds checks)."""
+        b = ctx.b
+        with b.if_then(b.setp("lt", u32, ctx.tid, REDUCE_THREADS, name="reducer")):
+            for step in b.range(0, steps, name="ar_step"):
+                first = b.mad(u32, step, REDUCE_THREADS * BATCH, ctx.tid, mode="lo", name="ar_first")
+                offsets = tuple(element_offset(ctx, row0, col0, b.add(u32, first, j * REDUCE_THREADS))[0]
+                                for j in range(BATCH))
+                reduce_vector(b, ctx.layouts["c"], offsets, ty=g.out_dtype, op="sum", world=ctx.world,
+                              rank=ctx.rank, write_all=True, multicast=cfg.multicast)
+
+    def reduce_edge_tile(ctx, row0, col0):
+        """A tile that C's edge cuts: one vector per thread-step, each inside C."""
+        b = ctx.b
         for v in b.range(ctx.tid, g.tile_m * vec_per_row, t.threads, name="v"):
-            row = b.mad(u32, tm, g.tile_m, b.div(u32, v, vec_per_row), mode="lo", name="ar_row")
-            col = b.mad(u32, tn, g.tile_n, b.mul(u32, b.rem(u32, v, vec_per_row), 16 // out_bytes, mode="lo"),
-                        mode="lo", name="ar_col")
+            offset, row, col = element_offset(ctx, row0, col0, v)
             inside = b.setp("lt", u32, col, ctx.param("n"), combine="and",
                             c=b.setp("lt", u32, row, ctx.param("m")), name="in_c")
             with b.if_then(inside):
-                offset = b.mul(u64, b.mad(u64, b.cvt(u64, u32, row), b.cvt(u64, u32, ctx.param("n")),
-                                          b.cvt(u64, u32, col), mode="lo"), out_bytes, mode="lo", name="ar_off")
                 reduce_vector(b, ctx.layouts["c"], offset, ty=g.out_dtype, op="sum", world=ctx.world,
                               rank=ctx.rank, write_all=True, multicast=cfg.multicast)
-        b.bar_sync(0)
 
     parts = gemm.roles(g, store=store)
 
@@ -80,7 +122,7 @@ def build(cfg: Config = Config()):
 
     return t.build(**parts, comm_tasks=lambda ctx: ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"),
                                                              mode="lo"),
-                   communicator=reduce_tile, rank_major_comm=True, epilogue=epilogue)
+                   communicator=reduce_tile, epilogue=epilogue)
 
 
 def reference(a_shards, b_shards, b_layout: str = "nk") -> np.ndarray:

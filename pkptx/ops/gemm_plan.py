@@ -1,0 +1,175 @@
+"""How ``pkptx.gemm`` schedules a problem: a cost model over the kernel's legal tile shapes, stage counts
+and split-K factors, evaluated per shape (no table of benchmarked shapes). No GPU needed.
+
+For a candidate (tile_m, tile_n, stages, splits) on ``sm_count`` persistent blocks (one per SM: every
+candidate's stages fill most of the shared memory):
+
+- work units = tiles * splits; waves = ceil(units / sm_count) (each block runs that many units);
+- one unit's time = its k-blocks * (tile FLOPs / the tile shape's sustained rate) + a fixed per-unit
+  cost (pipeline refill, the epilogue the tensor cores wait for) + for split-K the partial written and,
+  on the slab's last slice, every partial read back;
+- the compute path is waves * unit time; the memory path is the bytes that must come from HBM (A, B
+  once, C once) at what the active SMs can pull; the estimate is the larger.
+
+Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
+where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
+(bench/RESULTS.md); ``probe/gemm_sweep_probe.py`` measures every candidate to refit them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..templates.gemm_parts import STAGING_BYTES, TILE_K
+from ..templates.kernels import gemm as kernel
+from ..templates.split_k import slab_bytes
+
+PEAK_PER_SM = 6.35e12         # bf16 FLOP/s of one SM in the K loop of a 128 x 256 tile (fitted: 8192³, 8192²x1024)
+TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (wgmma width, operand reuse)
+    (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.67, (128, 64): 0.4,
+    (64, 256): 0.75, (64, 192): 0.68, (64, 128): 0.5, (64, 64): 0.28,
+}
+DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 128))   # the 64-wide ones: probe only
+HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
+SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
+L2_BYTES_PER_S = 100e9        # one SM's generic f32 partial stores/loads (split-K)
+UNIT_OVERHEAD_S = 1.0e-6      # per work unit: pipeline refill, ...
+EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, per epilogue kind
+    "tma": 32e9,              # fitted: 3 us for a 128 x 256 bf16 tile
+    "direct": 64e9,           # a guess until probe/gemm_sweep_probe.py measures it (not chosen by default)
+}
+FILL_ENOUGH = 0.9             # wave efficiency at splits=1 above which split-K is never considered
+MIN_SLICE_BLOCKS = 4          # k-blocks per K slice, at least (else refill dominates)
+MAX_SPLITS = 16
+MAX_STAGES = 8
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """The schedule of one gemm call: tile shape, pipeline stages, K slices (``splits > 1``: the
+    deterministic split-K kernel), tile rows walked together. ``gemm(..., config=GemmConfig(...))``
+    forces it (checked against the problem first); dtypes and layout come from the arguments."""
+    tile_m: int = 128
+    tile_n: int = 256
+    stages: int = 4
+    splits: int = 1
+    group_m: int = 8
+    epilogue: str = "tma"        # or "direct": C stored from registers (kernel.Config.epilogue)
+
+    def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
+        """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
+        return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
+                             tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
+                             split_k=self.splits > 1, epilogue=self.epilogue)
+
+    @property
+    def label(self) -> str:
+        return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
+                + ("/d" if self.epilogue == "direct" else ""))
+
+
+def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
+    return -(-m // tile_m) * -(-n // tile_n)
+
+
+def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma") -> int:
+    """As many stages as fit beside the epilogue staging (what kernel.Config.smem_bytes counts)."""
+    per_stage = (tile_m + tile_n) * TILE_K * 2
+    staging = (tile_m // 64) * STAGING_BYTES if epilogue == "tma" else 0
+    return min(MAX_STAGES, (smem_limit - staging - 1024) // per_stage)
+
+
+def fill(units: int, sm_count: int) -> float:
+    """Useful share of the block-slots the units occupy: units / (waves * blocks)."""
+    return units / (-(-units // sm_count) * sm_count)
+
+
+def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count: int) -> float:
+    """Modelled seconds for ``cfg`` on an M x N x K problem (see the module docstring)."""
+    tiles = tiles_of(m, n, cfg.tile_m, cfg.tile_n)
+    k_blocks = -(-k // TILE_K)
+    units = tiles * cfg.splits
+    waves = -(-units // sm_count)
+    block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * TILE_RATE[cfg.tile_m, cfg.tile_n])
+    unit_s = (-(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S
+              + cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue])
+    if cfg.splits > 1:
+        unit_s += (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S
+    active = min(units, sm_count)
+    hbm_bytes = (m * k + n * k) * 2 + m * n * out_bytes
+    memory_s = hbm_bytes / min(HBM_BYTES_PER_S, active * SM_BYTES_PER_S)
+    return max(waves * unit_s, memory_s)
+
+
+def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
+               shapes=DEFAULT_TILES, epilogues=("tma",)) -> list[GemmConfig]:
+    """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
+    ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
+    that keeps slices at least MIN_SLICE_BLOCKS deep."""
+    k_blocks = -(-k // TILE_K)
+    out = []
+    for epilogue in epilogues:
+        for tile_m, tile_n in shapes:
+            stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
+            if stages < 2:
+                continue
+            tiles = tiles_of(m, n, tile_m, tile_n)
+            idle = allow_split and fill(tiles, sm_count) < FILL_ENOUGH
+            top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1
+            out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue)
+                    for splits in range(1, max(1, top) + 1)]
+    return out
+
+
+def plan(m: int, n: int, k: int, out_dtype: str, *, sm_count: int, smem_limit: int, allow_split: bool = True,
+         shapes=DEFAULT_TILES, epilogues=("tma",)) -> GemmConfig:
+    """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits)."""
+    out_bytes = 4 if out_dtype == "f32" else 2
+    options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
+                         epilogues=epilogues)
+    return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count))
+
+
+WHOLE_TILES = ((128, 256), (128, 128))     # what the fused and grouped kernels are built around
+
+
+def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk", *, sm_count: int,
+                  smem_limit: int) -> kernel.Config:
+    """The kernel for GEMM-shaped kernels that communicate or group whole 128-row tiles (GEMM+RS,
+    AG+GEMM, GEMM+AR, grouped GEMM): the model's choice among WHOLE_TILES, without split-K."""
+    return plan(m, n, k, out_dtype, sm_count=sm_count, smem_limit=smem_limit, allow_split=False,
+                shapes=WHOLE_TILES).kernel_config(dtype, out_dtype, b_layout)
+
+
+def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:
+    """(partial bytes, ticket counters) split-K needs for an M x N output: one f32 slab per slice per
+    64-row warpgroup slab, one counter per slab."""
+    slabs = tiles_of(m, n, cfg.tile_m, cfg.tile_n) * (cfg.tile_m // 64)
+    return slabs * cfg.splits * slab_bytes(cfg.tile_n), slabs
+
+
+# One GEMM+AR communicator SM (bytes read + written): a load round trip of ~1.3 us under load (one 16-byte
+# vector per thread in flight moved 9.9 GB/s per SM: bench_fused, MPS, 2 ranks, N=8192) and 8 vectors
+# on 256 threads in flight per rank step give ~50 GB/s.
+COMM_SM_BYTES_PER_S = 50e9
+
+
+def all_reduce_comm_sms(m: int, n: int, k: int, out_bytes: int, world: int, sm_count: int,
+                        tile: tuple[int, int]) -> int:
+    """Communicator SMs for the fused GEMM + all-reduce, from a model of its two overlapped halves:
+    the GEMM on ``sm_count - c`` SMs (:func:`estimate_s`), and the reduction of this rank's 1/world
+    of the tiles (world copies read, world written: 2·M·N·out_bytes) at COMM_SM_BYTES_PER_S per SM,
+    of which the last wave's share cannot start before the GEMM ends. The c of least modelled time;
+    0 at world 1 (nothing to reduce)."""
+    if world == 1:
+        return 0
+    reduce_bytes = 2 * m * n * out_bytes
+    tiles = tiles_of(m, n, *tile)
+    cfg = GemmConfig(*tile, stages=4)
+
+    def fused_s(c: int) -> float:
+        workers = sm_count - c
+        comm_s = reduce_bytes / (c * COMM_SM_BYTES_PER_S)
+        last_wave = (tiles - (-(-tiles // workers) - 1) * workers) / tiles
+        return max(estimate_s(cfg, m, n, k, out_bytes, workers), comm_s) + last_wave * comm_s
+
+    return min(range(1, sm_count // 2 + 1), key=fused_s)

@@ -1,0 +1,166 @@
+"""The GEMM schedule model (pkptx.ops.gemm_plan) and the split-K index maths, with no GPU: every chosen
+schedule is a legal kernel, split-K appears only where tiles leave SMs idle, forced configs are
+checked, and every kernel the model can pick assembles without spills."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
+from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig,
+                                 WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s, fill,
+                                 max_stages, plan, tiles_of, workspace_bytes)
+from pkptx.templates.gemm_parts import TILE_K
+from pkptx.templates.kernels import gemm as kernel
+from pkptx.toolchain import assemble
+
+SMEM = 227 * 1024
+H200 = 132
+
+
+@st.composite
+def shapes(draw):
+    return (draw(st.integers(1, 20000)), 8 * draw(st.integers(1, 2500)), 16 * draw(st.integers(1, 2048)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(shape=shapes(), sms=st.sampled_from([132, 66, 32, 114]), out=st.sampled_from(["bf16", "f32"]))
+@example(shape=(2048, 2048, 16384), sms=132, out="bf16")
+@example(shape=(128, 8192, 8192), sms=132, out="bf16")
+@example(shape=(16, 8192, 8192), sms=132, out="f32")
+@example(shape=(3000, 5000, 2000), sms=132, out="bf16")
+def test_chosen_config_is_legal_and_splits_only_idle_machines(shape, sms, out):
+    m, n, k = shape
+    cfg = plan(m, n, k, out, sm_count=sms, smem_limit=SMEM)
+    kcfg = check_config(cfg, m, n, k, "bf16", out, "nk")         # raises if illegal
+    assert kcfg.smem_bytes <= SMEM and kcfg.split_k == (cfg.splits > 1)
+    tiles = tiles_of(m, n, cfg.tile_m, cfg.tile_n)
+    if cfg.splits > 1:
+        assert fill(tiles, sms) < FILL_ENOUGH, "split-K where the tiles already fill the SMs"
+        assert -(-k // TILE_K) // cfg.splits >= MIN_SLICE_BLOCKS
+        units = tiles * cfg.splits      # a split must fill the waves better or bring more SMs in (memory-bound)
+        assert fill(units, sms) > fill(tiles, sms) or min(units, sms) > tiles, "a split that adds nothing"
+    # never worse, by the model, than the plain 128 x 256 schedule
+    plain, out_bytes = GemmConfig(stages=max_stages(128, 256, SMEM)), 4 if out == "f32" else 2
+    assert estimate_s(cfg, m, n, k, out_bytes, sms) <= estimate_s(plain, m, n, k, out_bytes, sms)
+
+
+@pytest.mark.parametrize("shape, want", [
+    ((8192, 8192, 8192), GemmConfig(128, 256, 4, 1)),     # many waves of the widest tile
+    ((2048, 2048, 16384), GemmConfig(128, 256, 4, 1)),    # 128 tiles fill 132 SMs: no split
+])
+def test_large_problems_keep_the_widest_tile_unsplit(shape, want):
+    assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM) == want
+
+
+@pytest.mark.parametrize("shape", [(128, 8192, 8192), (16, 8192, 8192), (64, 4096, 16384), (1024, 1024, 16384)])
+def test_few_tiles_and_deep_k_split(shape):
+    cfg = plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM)
+    units = tiles_of(shape[0], shape[1], cfg.tile_m, cfg.tile_n) * cfg.splits
+    assert cfg.splits > 1 and units >= 0.75 * H200, cfg
+
+
+@given(shape=shapes(), sms=st.sampled_from([132, 66]))
+def test_whole_tile_kernels_get_128_row_tiles_unsplit(shape, sms):
+    """choose_config serves the fused and grouped kernels: 128-row tiles of 256 or 128 columns, no split."""
+    cfg = choose_config(*shape, "bf16", "f32", "kn", sm_count=sms, smem_limit=SMEM)
+    assert isinstance(cfg, kernel.Config) and (cfg.tile_m, cfg.tile_n) in WHOLE_TILES and not cfg.split_k
+    assert (cfg.out_dtype, cfg.b_layout, cfg.stages) == ("f32", "kn", max_stages(cfg.tile_m, cfg.tile_n, SMEM))
+
+
+def test_the_direct_epilogue_is_weighed_only_when_asked():
+    shape = (128, 8192, 8192)
+    both = candidates(*shape, sm_count=H200, smem_limit=SMEM, epilogues=("tma", "direct"))
+    assert {c.epilogue for c in both} == {"tma", "direct"}
+    assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM).epilogue == "tma"
+    assert all(c.stages >= max_stages(c.tile_m, c.tile_n, SMEM) for c in both)
+
+
+def test_candidates_cover_every_tile_and_split_one():
+    opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)
+    assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) and set(DEFAULT_TILES) <= set(TILE_RATE)
+    assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM) for c in opts)
+    assert {c.splits for c in opts} >= {1, 2, 4, 8}
+    assert candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, allow_split=False) == \
+        [c for c in opts if c.splits == 1]
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (GemmConfig(splits=0), "splits"),
+    (GemmConfig(splits=3), "splits"),             # K = 128: two k-blocks
+    (GemmConfig(tile_m=96), "not a legal kernel"),
+    (GemmConfig(stages=9), "not a legal kernel"),   # over 227 KB
+    (kernel.Config(), "GemmConfig"),
+])
+def test_forced_config_is_checked(cfg, message):
+    with pytest.raises(GemmArgumentError, match=message):
+        check_config(cfg, 256, 256, 128, "bf16", "bf16", "nk")
+
+
+def test_tails_allowed_in_m_and_n():
+    assert check_shapes((3000, 2000), "bfloat16", (5000, 2000), "bfloat16") == (3000, 5000, 2000)
+    assert check_shapes((1, 16), "bfloat16", (8, 16), "bfloat16") == (1, 8, 16)
+    with pytest.raises(GemmArgumentError, match="N = 5004 must be a positive multiple of 8"):
+        check_shapes((3000, 2000), "bfloat16", (5004, 2000), "bfloat16")
+    with pytest.raises(GemmArgumentError, match="K = 2008 must be a positive multiple of 16"):
+        check_shapes((3000, 2008), "bfloat16", (5000, 2008), "bfloat16")
+
+
+def test_workspace_holds_every_slice_of_every_slab():
+    part, slabs = workspace_bytes(GemmConfig(128, 256, 4, 4), 200, 300)
+    assert slabs == 2 * 2 * 2 and part == slabs * 4 * 64 * 256 * 4
+
+
+@given(k_blocks=st.integers(1, 4096), splits=st.integers(1, 16))
+def test_k_slices_partition_the_k_loop(k_blocks, splits):
+    """The device's slice bounds (split_k.k_range): floor(s * kb / S); contiguous, disjoint, covering,
+    and none empty when splits <= k_blocks."""
+    bounds = [(s * k_blocks // splits, (s * k_blocks + k_blocks) // splits) for s in range(splits)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == k_blocks
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    if splits <= k_blocks:
+        assert all(hi > lo for lo, hi in bounds)
+
+
+def _kernel_configs():
+    """Every kernel the model can choose on a 227 KB device, both out types, split or not; the layouts
+    and f16 on the widest tiles (they change loads, not registers)."""
+    for tile_m, tile_n in TILE_RATE:
+        for split in (False, True):
+            for out in ("bf16", "f32"):
+                yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n,
+                                    stages=max_stages(tile_m, tile_n, SMEM), split_k=split)
+    for tile_n in (256, 192):
+        yield kernel.Config(b_layout="kn", dtype="f16", out_dtype="f16", tile_n=tile_n,
+                            stages=max_stages(128, tile_n, SMEM), split_k=True)
+    for tile_m, tile_n in TILE_RATE:        # the direct epilogue the probe measures
+        for split, out in ((False, "bf16"), (True, "f32")):
+            yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n, split_k=split, epilogue="direct",
+                                stages=max_stages(tile_m, tile_n, SMEM, "direct"))
+
+
+KERNELS = list(_kernel_configs())
+
+
+@pytest.mark.parametrize("cfg", KERNELS, ids=[kernel.build(c).name for c in KERNELS])
+def test_every_schedulable_kernel_assembles_without_spills(cfg):
+    k = kernel.build(cfg)
+    res = assemble(k.render(), "sm_90a").resources
+    assert res.spills == 0 and res.stack_bytes == 0, (k.name, res)
+    assert res.shared_bytes + cfg.smem_bytes <= SMEM + 1024 * 4, (k.name, res)
+
+
+@given(n=st.sampled_from([2048, 4096, 8192, 16384]), world=st.sampled_from([2, 4, 8]),
+       sms=st.sampled_from([132, 66, 32]))
+def test_all_reduce_comm_sms_model(n, world, sms):
+    """Legal (1 .. half the SMs), and a small share once the GEMM dwarfs the bytes to reduce (the GEMM
+    grows as N³/W, the bytes as N²)."""
+    c = all_reduce_comm_sms(n, n, n // world, 2, world, sms, (128, 256))
+    assert 1 <= c <= sms // 2
+    if n == 16384:
+        assert c <= sms // 8
+
+
+def test_all_reduce_at_world_one_needs_no_communicators():
+    assert all_reduce_comm_sms(4096, 4096, 4096, 2, 1, 132, (128, 256)) == 0
