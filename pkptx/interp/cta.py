@@ -66,7 +66,7 @@ class Cta:
         base = SHARED_BASE + cluster_rank * SHARED_STRIDE
         self.window = cluster.shared.alloc(max(cursor, 8), name=f"shared of block {ctaid}", rank=launch.rank,
                                            base=base)
-        self.symbols = {name: base + off for name, off in offsets.items()}
+        self.symbols = {name: off for name, off in offsets.items()}     # shared::cta addresses
         self._names = sorted(((off, name) for name, off in offsets.items()), reverse=True)
         self.barriers: dict[int, Barrier] = {}
         block = launch.block
@@ -101,6 +101,13 @@ class Cta:
                 return f"{name}+{offset - start} (rank {self.launch.rank} block {self.ctaid})" if offset > start \
                     else f"{name} (rank {self.launch.rank} block {self.ctaid})"
         return f"shared+{offset}"
+
+    def resolve(self, addrs: np.ndarray) -> np.ndarray:
+        """Shared addresses in the cluster's space: a ``shared::cta`` address (below SHARED_STRIDE, small
+        as on a GPU, so descriptors and 14-bit fields hold it) is this CTA's; larger ones (from ``mapa``)
+        name a CTA of the cluster."""
+        addrs = addrs.astype(np.uint64, copy=False)
+        return np.where(addrs < np.uint64(SHARED_STRIDE), addrs + np.uint64(self.window.base), addrs)
 
     def check_own_window(self, w, addrs: np.ndarray, size: int) -> None:
         lo, hi = self.window.base, self.window.end

@@ -68,11 +68,6 @@ class Machine:
                 break
         return landed
 
-    def drain(self, predicate) -> None:
-        """Complete pending async work until ``predicate()`` (a thread waiting for its bulk groups)."""
-        while not predicate() and self._async:
-            self._land(None)
-
     # ------------------------------------------------------------------ scheduling
     def run(self) -> "Machine":
         """Run every launched kernel to completion, interleaving the warps of all ranks."""

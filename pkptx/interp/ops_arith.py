@@ -75,8 +75,7 @@ def _shift(left: bool, ty):
 def _div(ty):
     if ty.is_float:
         return lambda a, b: a / b
-    ones = np.array(-1).astype(np_dtype(ty)) if ty.kind == "s" else np.array(np.iinfo(np_dtype(ty)).max,
-                                                                              np_dtype(ty))
+    ones = np.array(-1).astype(np_dtype(ty))        # all bits set: the quotient of a division by zero
 
     def div(a, b):
         safe = np.where(b == 0, np.ones_like(b), b)

@@ -18,11 +18,11 @@ POLLING = ("acquire", "relaxed", "volatile")
 def spaces(w, space: str | None, addrs: np.ndarray):
     """(AddressSpace, addresses in it) for a state space; generic addresses route by their range."""
     if space in ("shared", "shared::cta", "shared::cluster"):
-        return w.cta.cluster.shared, addrs
+        return w.cta.cluster.shared, w.cta.resolve(addrs)
     if space in ("global", "param", "const") or space is None and not (addrs >= GENERIC_SHARED).any():
         return w.machine.global_space, addrs
     if space is None and (addrs >= GENERIC_SHARED).all() and (addrs < GENERIC_SHARED + (1 << 32)).all():
-        return w.cta.cluster.shared, addrs - np.uint64(GENERIC_SHARED)
+        return w.cta.cluster.shared, w.cta.resolve(addrs - np.uint64(GENERIC_SHARED))
     if space is None:
         raise UnsupportedError("a generic access mixing shared and global addresses in one warp")
     raise UnsupportedError(f".{space} accesses are not modelled")

@@ -44,7 +44,7 @@ class Warp:
         self.spinning = None                  # the epoch at which the warp found itself spinning
         self.poll_note = None                 # what it polls (for deadlock reports)
         self.bulk_groups: dict[int, list] = {}    # lane -> [open group, committed groups...]
-        self.wgmma = []
+        self.wgmma = [{}]                      # wgmma groups' pending results; the last is open
         self._specials = {}
 
     # ------------------------------------------------------------------ state used by the ops
