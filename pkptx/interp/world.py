@@ -19,10 +19,13 @@ class Symmetric:
 
     def __init__(self, world: "World", shape, dtype, name: str, fill: int | None):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        nbytes = -(-int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize // 16) * 16   # 16-byte padded
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        padded = max(-(-self.nbytes // 16) * 16, 16)      # as the heap pads: kernels move 16-byte vectors
         m = world.machine
-        self.allocs = [m.alloc(max(nbytes, 16), name=name, rank=r, fill=POISON if fill is None else fill,
+        self.allocs = [m.alloc(padded, name=name, rank=r, fill=POISON if fill is None else fill,
                                written=fill is not None) for r in range(world.size)]
+        for a in self.allocs:
+            a.written[self.nbytes:] = True              # the padding holds whatever it holds
         ptrs = np.array([a.base for a in self.allocs], np.uint64)
         self.tables = [m.from_numpy(ptrs, name=f"{name} peer table", rank=r) for r in range(world.size)]
 
