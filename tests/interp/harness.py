@@ -74,3 +74,9 @@ def assert_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
     bad = got.view(bits) != want.view(bits)
     assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} differ, first at " \
                           f"{np.unravel_index(int(np.argmax(bad)), bad.shape)}"
+
+
+def assert_rel(got: np.ndarray, ref: np.ndarray, what: str, limit: float = 1.5e-2) -> None:
+    """The fused GPU tests' rule: normwise relative error below ``limit``."""
+    err = float(np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30))
+    assert err < limit, f"{what}: relative error {err:.3g} (limit {limit})"
