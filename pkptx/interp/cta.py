@@ -31,7 +31,7 @@ class Barrier:
             self.cta.launch.machine.epoch += 1
             checker = self.cta.launch.machine.checker
             if checker is not None:
-                checker.barrier(self)
+                checker.bar_complete(self)
 
 
 class Cluster:

@@ -29,6 +29,23 @@ class Copy:
         self.machine, self.op = w.machine, op
         self.where = w.location(op, lanes=np.arange(32) == lane)
         self.read_done = self.done = False
+        self.checker = w.machine.checker
+        if self.checker is not None:
+            self.checker.new_copy(w, self)
+
+    def access(self, space, addrs: np.ndarray, size: int, data=None):
+        """Read (``data`` None: returns the bytes) or write ``data`` as this copy, for the race checker."""
+        if self.checker is not None:
+            self.checker.data(self, self.op, space, addrs, size, data is not None, self.where)
+        if data is None:
+            return space.load(addrs, size, self.describe, check_uninit=self.machine.check_uninit)
+        space.store(addrs, data, self.describe)
+        return None
+
+    def complete_tx(self, bar, nbytes: int) -> None:
+        if self.checker is not None:
+            self.checker.copy_release(self, bar)
+        bar.complete(nbytes)
 
     def describe(self, text: str, i=None) -> str:
         return f"{text}\n  at {self.where}"
@@ -77,10 +94,14 @@ def wait_group(op, prog):
                 older = committed[:len(committed) - n] if n else committed
                 if not all(finished(c) for g in older for c in g):
                     return False
-            for lane in lanes:           # forget groups that are over
+            if reads:
+                return True
+            for lane in lanes:           # a full wait: forget the groups that are over, acquiring their writes
                 groups = _groups(w, lane)
                 while len(groups) > 1 and all(c.done for c in groups[0]):
-                    groups.pop(0)
+                    for c in groups.pop(0):
+                        if c.checker is not None:
+                            c.checker.acquire(w, c.vc, ("the completion of", c.where))
             return True
         if ready():
             return None
@@ -172,18 +193,19 @@ def bulk(op, prog):
                 targets = [(d, mbar.lookup(w, b, space="shared::cluster")) for d, b in targets]
 
             def read(src=src, n=n, copy=copy):
-                return _read(m, src_space, src, n, copy.describe)
+                return copy.access(src_space, src, n)
 
             def write(data, targets=targets, n=n, copy=copy):
                 for d, bar in targets:
                     at = np.array([d], np.uint64) if to_global else w.cta.resolve(np.array([d], np.uint64))
-                    if combine is not None:
+                    if combine is not None:         # an atomic reduction: no race with other reductions
                         old = _read(m, dst_space, at, n, copy.describe)
                         data = combine(old.view(combine_dtype), data.view(combine_dtype)).view(np.uint8)
-                        data = data.reshape(1, -1)
-                    dst_space.store(at, data, copy.describe)
+                        dst_space.store(at, data.reshape(1, -1), copy.describe)
+                    else:
+                        copy.access(dst_space, at, n, data)
                     if bar is not None:
-                        bar.complete(n)
+                        copy.complete_tx(bar, n)
             copy.start(read, write)
     return run
 
@@ -225,13 +247,13 @@ def tensor(op, prog):
 
                 def read(gaddrs=gaddrs, inside=inside, fill=fill, copy=copy, item=item):
                     data = np.repeat(fill[None], inside.size, 0)
-                    data[inside] = _read(m, m.global_space, gaddrs, item, copy.describe)
+                    data[inside] = copy.access(m.global_space, gaddrs, item)
                     return data
 
                 def write(data, targets=targets, box=box, copy=copy):
                     for saddrs, bar in targets:
-                        shared.store(saddrs, data, copy.describe)
-                        bar.complete(box.nbytes)
+                        copy.access(shared, saddrs, item, data)
+                        copy.complete_tx(bar, box.nbytes)
             else:
                 saddrs = _tile_addresses(w, copy, box, int(smems[lane]), soff)
                 w.cta.check_own_window(w, saddrs, item)
@@ -239,14 +261,15 @@ def tensor(op, prog):
                 combine = _combine(reduce_op, box.dtype, op.origin) if reduce_op else None
 
                 def read(saddrs=saddrs, inside=inside, copy=copy, item=item):
-                    return _read(m, shared, saddrs[inside], item, copy.describe)
+                    return copy.access(shared, saddrs[inside], item)
 
                 def write(data, gaddrs=gaddrs, combine=combine, copy=copy, box=box, item=item):
-                    if combine is not None:
-                        old = _read(m, m.global_space, gaddrs, item, copy.describe)
-                        data = combine(old.copy().view(box.dtype), data.copy().view(box.dtype))
-                        data = data.view(np.uint8).reshape(-1, item)
-                    m.global_space.store(gaddrs, data, copy.describe)
+                    if combine is None:
+                        copy.access(m.global_space, gaddrs, item, data)
+                        return
+                    old = _read(m, m.global_space, gaddrs, item, copy.describe)     # atomic, as above
+                    data = combine(old.copy().view(box.dtype), data.copy().view(box.dtype))
+                    m.global_space.store(gaddrs, data.view(np.uint8).reshape(-1, item), copy.describe)
             copy.start(read, write)
     return run
 

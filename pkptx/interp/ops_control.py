@@ -48,11 +48,20 @@ def bar_sync(op, prog):
         bar_id = int(ident(w)[0])
         barrier = w.cta.barrier(bar_id)
         expected = int(count(w)[0]) if count is not None else None
+        checker = w.machine.checker
+        if checker is not None:
+            checker.bar_arrive(w, barrier)
         generation = barrier.arrive(int(mask.sum()), expected)
         if not waits:
             return None
-        return Wait(lambda: barrier.generation != generation,
-                    lambda: f"bar.sync {bar_id}: {barrier.arrived} of {barrier.required()} threads arrived")
+
+        def ready():
+            if barrier.generation == generation:
+                return False
+            if checker is not None:
+                checker.bar_resume(w, barrier, generation, bar_id)
+            return True
+        return Wait(ready, lambda: f"bar.sync {bar_id}: {barrier.arrived} of {barrier.required()} threads arrived")
     return run
 
 

@@ -34,16 +34,19 @@ def access(w, op, space, addrs, size, mask, *, write=None):
     mem, addrs = spaces(w, space, addrs[lanes])
     if space == "shared::cta" or (space == "shared" and mem is w.cta.cluster.shared):
         w.cta.check_own_window(w, addrs, size)
+
     def describe(text, i=None):
         return w.describe(text, None if i is None else int(lanes[i]))
     checker = w.machine.checker
-    if checker is not None:
-        checker.access(w, op, mem, addrs, size, lanes, write is not None)
     if write is None:
-        return lanes, mem.load(addrs, size, describe, check_uninit=w.machine.check_uninit)
-    w.machine.epoch += 1
-    mem.store(addrs, write[lanes], describe)
-    return lanes, None
+        data = mem.load(addrs, size, describe, check_uninit=w.machine.check_uninit)
+    else:
+        w.machine.epoch += 1
+        mem.store(addrs, write[lanes], describe)
+        data = None
+    if checker is not None:            # after the access, which checked the addresses
+        checker.access(w, op, mem, addrs, size, lanes, write is not None)
+    return lanes, data
 
 
 def _to_bytes(values: list[np.ndarray]) -> np.ndarray:

@@ -37,7 +37,7 @@ def _a_fragment() -> tuple[np.ndarray, np.ndarray]:
     return rows, ks
 
 
-def _smem_matrix(w, desc: int, rows: np.ndarray, k: int, dtype: np.dtype, mn_major: bool, where) -> np.ndarray:
+def _smem_matrix(w, op, desc: int, rows: np.ndarray, k: int, dtype: np.dtype, mn_major: bool, where) -> np.ndarray:
     """Elements (rows, 0..k) of a shared-memory operand described by ``desc``, as (len(rows), k)."""
     start = (desc & 0x3FFF) << 4
     lbo, sbo = (desc >> 16 & 0x3FFF) << 4, (desc >> 32 & 0x3FFF) << 4
@@ -53,8 +53,11 @@ def _smem_matrix(w, desc: int, rows: np.ndarray, k: int, dtype: np.dtype, mn_maj
         off = r // 8 * sbo + r % 8 * span + kk * item
     else:                                       # 8 x 16-byte core matrices
         off = r // 8 * sbo + kk * item // 16 * lbo + r % 8 * 16 + kk * item % 16
-    addrs = swizzle(np.uint64(start) + off.reshape(-1).astype(np.uint64), span)
-    raw = w.cta.cluster.shared.load(w.cta.resolve(addrs), item, w.describe, check_uninit=w.machine.check_uninit)
+    addrs = w.cta.resolve(swizzle(np.uint64(start) + off.reshape(-1).astype(np.uint64), span))
+    shared = w.cta.cluster.shared
+    if w.machine.checker is not None:
+        w.machine.checker.data(w, op, shared, addrs, item, False, where)
+    raw = shared.load(addrs, item, w.describe, check_uninit=w.machine.check_uninit)
     return raw.view(dtype).reshape(rows.size, k)
 
 
@@ -94,8 +97,8 @@ def mma(op, prog):
             a = np.zeros((16, k), a_t)
             a[a_rows, a_ks] = halves.transpose(0, 2, 1).reshape(8, LANES).view(a_t)
         else:
-            a = _smem_matrix(w, int(a_desc(w)[lane]), slab, k, a_t, bool(trans_a), where)
-        bm = _smem_matrix(w, int(b_desc(w)[lane]), np.arange(n), k, b_t, bool(trans_b), where)
+            a = _smem_matrix(w, op, int(a_desc(w)[lane]), slab, k, a_t, bool(trans_a), where)
+        bm = _smem_matrix(w, op, int(b_desc(w)[lane]), np.arange(n), k, b_t, bool(trans_b), where)
         d = np.zeros((16, n), np.float32)
         if scale_d(w)[lane]:
             d[rows, cols] = np.stack([_pending(w, name) for name in d_names]).view(np.float32)

@@ -46,6 +46,8 @@ class Warp:
         self.bulk_groups: dict[int, list] = {}    # lane -> [open group, committed groups...]
         self.wgmma = [{}]                      # wgmma groups' pending results; the last is open
         self._specials = {}
+        if self.machine.checker is not None:
+            self.machine.checker.new_warp(self)
 
     # ------------------------------------------------------------------ state used by the ops
     @property

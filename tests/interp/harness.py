@@ -21,7 +21,7 @@ class Ranks:
     """An interpreter World with the per-rank state every launch needs: status words and heap flags."""
 
     def __init__(self, size: int, seed: int = 0, **options):
-        self.world = World(size, seed=seed, check_uninit=True, **options)
+        self.world = World(size, seed=seed, check_uninit=True, check_races=True, **options)
         self.size = size
         self.flags = self.world.symmetric((FLAG_COUNT,), np.uint32, name="heap flags", fill=0)
         self.status = [self.world.machine.alloc(32, name="status", rank=r, fill=0, written=True)

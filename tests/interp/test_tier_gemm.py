@@ -69,11 +69,12 @@ def test_gemm_rs_smallest(w):
         assert_rel(out.read(r), refs[r], f"rank {r}")
 
 
-@pytest.mark.parametrize("w", (1, 2, 3))
-def test_ag_gemm_smallest(w):
+def run_ag_gemm(w: int, tiles_per_rank: int = 1, build=ag_gemm.build):
+    """AG+GEMM with 64-row tiles, ``tiles_per_rank`` row blocks per rank; returns (shards, B per rank,
+    C per rank)."""
     cfg = ag_gemm.Config(SMALL)
-    m, n, k = 64 * w, 64, 64
-    rows = m // w
+    rows = SMALL.tile_m * tiles_per_rank
+    m, n, k = rows * w, 64, 64
     ranks = Ranks(w, seed=w + 10)
     shards = inputs(w + 20, w, (rows, k), "bf16")
     _, b = _operands(w + 30, w, m, n, k, "nk")
@@ -85,14 +86,19 @@ def test_ag_gemm_smallest(w):
         a_sym.allocs[r].write(shards[r], offset=r * rows * k * 2)
         out = mach.alloc(m * n * 2, name="c", rank=r)
         outs.append(out)
-        ranks.launch(r, kernel(ag_gemm.build, cfg), _threads(SMALL), layouts=dict(a=a_sym, ready=ready), grid=3,
+        ranks.launch(r, kernel(build, cfg), _threads(SMALL), layouts=dict(a=a_sym, ready=ready), grid=3,
                      smem=SMALL.smem_bytes, num_comm_sms=1, rows_per_rank=rows, row_bytes=k * 2, epoch=1,
                      tmap_c=ranks.tensor_map(out.base, DTYPES["bf16"], (m, n), SMALL.c_box),
                      **ranks.gemm_values(SMALL, a_sym.ptr(r), b[r], r, m, n, k))
     ranks.run()
+    return shards, b, [out.read(DTYPES["bf16"], (m, n)) for out in outs]
+
+
+@pytest.mark.parametrize("w, tiles", [(1, 1), (2, 1), (3, 1), (2, 2)])
+def test_ag_gemm_smallest(w, tiles):
+    shards, b, outs = run_ag_gemm(w, tiles)
     for r in range(w):
-        got = outs[r].read(DTYPES["bf16"], (m, n))
-        assert_rel(got, ag_gemm.reference(shards, b[r]), f"rank {r}")
+        assert_rel(outs[r], ag_gemm.reference(shards, b[r]), f"rank {r}")
 
 
 @pytest.mark.parametrize("w", (1, 2, 3))
