@@ -20,6 +20,7 @@ from .operands import address, reader
 from .tensormap import decode, swizzle
 
 TMA_ALIGN = 128          # shared-memory tile address alignment of tensor copies
+READ_CLOCK, WRITE_CLOCK = 1, 2   # a copy's own clock while it reads its source, then while it writes
 
 
 class Copy:
@@ -59,6 +60,8 @@ class Copy:
         self.machine.later(first, self.where)
 
     def _finish(self, write, data) -> None:
+        if self.checker is not None:
+            self.vc[self.agent] = WRITE_CLOCK       # a `.read` wait orders the reads only
         write(data)
         self.done = True
 
@@ -94,6 +97,10 @@ def wait_group(op, prog):
                 older = committed[:len(committed) - n] if n else committed
                 if not all(finished(c) for g in older for c in g):
                     return False
+            for lane in lanes:
+                for c in (c for g in _groups(w, lane)[:-1] for c in g):
+                    if reads and c.checker is not None and c.read_done:
+                        c.checker.acquire(w, {c.agent: READ_CLOCK}, ("the source reads of", c.where))
             if reads:
                 return True
             for lane in lanes:           # a full wait: forget the groups that are over, acquiring their writes

@@ -36,12 +36,14 @@ def _note(note) -> str:
 
 
 class Shadow:
-    """Per byte of one allocation: the last writer agent (-1: before the run), its clock and site."""
+    """Per byte of one allocation: the last writer and the last reader (agent, -1 before the run; its
+    clock; the site of the access). One reader per byte: a write unordered after an earlier reader
+    that a later reader replaced goes unseen."""
 
     def __init__(self, nbytes: int):
-        self.agent = np.full(nbytes, -1, np.int32)
-        self.clock = np.zeros(nbytes, np.int64)
-        self.site = np.zeros(nbytes, np.int32)
+        self.agent = np.full((2, nbytes), -1, np.int32)       # [0]: writer, [1]: reader
+        self.clock = np.zeros((2, nbytes), np.int64)
+        self.site = np.zeros((2, nbytes), np.int32)
 
 
 class RaceChecker:
@@ -100,32 +102,36 @@ class RaceChecker:
         return sid
 
     def data(self, state, op, mem, addrs: np.ndarray, size: int, write: bool, where: str) -> None:
-        """A weak access of ``size`` bytes at each of ``addrs``: check it is ordered after the last
-        writes of those bytes; a write becomes the last write."""
+        """A weak access of ``size`` bytes at each of ``addrs``: check it is ordered after the last write
+        (and, for a write, the last read) of those bytes by other agents; then it is the last one."""
         for alloc, _, off in mem.locate(addrs, size, lambda text, i=None: text):
             idx = (off[:, None] + np.arange(size)).reshape(-1)
             sh = self.shadow.get(id(alloc))
             if sh is None:
                 sh = self.shadow[id(alloc)] = Shadow(alloc.nbytes)
-            agents = sh.agent[idx]
-            foreign = np.unique(agents[(agents >= 0) & (agents != state.agent)])
-            for a in foreign.tolist():
-                sel = agents == a
-                clocks = sh.clock[idx][sel]
-                if state.vc.get(a, 0) < clocks.max():
-                    byte = int(idx[sel][int(np.argmax(clocks))])
-                    self._race(state, alloc, byte, int(sh.site[byte]), write, where)
-            if write:
-                sh.agent[idx], sh.clock[idx] = state.agent, state.vc[state.agent]
-                sh.site[idx] = self._site(state, op)
+            for kind in ((0, 1) if write else (0,)):
+                self._ordered(state, sh, kind, idx, alloc, write, where)
+            kind = 0 if write else 1
+            sh.agent[kind, idx], sh.clock[kind, idx] = state.agent, state.vc[state.agent]
+            sh.site[kind, idx] = self._site(state, op)
 
-    def _race(self, state, alloc, byte: int, site: int, write: bool, where: str):
+    def _ordered(self, state, sh, kind: int, idx, alloc, write: bool, where: str) -> None:
+        agents = sh.agent[kind, idx]
+        foreign = np.unique(agents[(agents >= 0) & (agents != state.agent)])
+        for a in foreign.tolist():
+            sel = agents == a
+            clocks = sh.clock[kind, idx][sel]
+            if state.vc.get(a, 0) < clocks.max():
+                byte = int(idx[sel][int(np.argmax(clocks))])
+                self._race(state, alloc, byte, int(sh.site[kind, byte]), write, kind, where)
+
+    def _race(self, state, alloc, byte: int, site: int, write: bool, kind: int, where: str):
         what = "write" if write else "read"
         acquired = f"its last acquire was {_note(state.acquired)}" if state.acquired else "it acquired nothing"
         if state.flag is not None and state.flag is not state.acquired:
             acquired += f", its last flag acquire {_note(state.flag)}"
         raise RaceError(f"data race: {what} of {alloc.name}+{byte} (rank {alloc.rank}) is not ordered after the "
-                        f"write by {self.sites[site]}\n  ({acquired}; a missing release fence before a flag, "
+                        f"{'read' if kind else 'write'} by {self.sites[site]}\n  ({acquired}; a missing release fence before a flag, "
                         f"a missing barrier or wait?)", where)
 
     # ------------------------------------------------------------------ synchronisation
