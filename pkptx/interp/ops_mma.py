@@ -66,7 +66,7 @@ def _pending(w, name: str) -> np.ndarray:
     for group in reversed(w.wgmma):
         if name in group:
             return group[name]
-    return w.regs[name]
+    return w.regs[name].view(np.uint32)
 
 
 def mma(op, prog):

@@ -35,6 +35,7 @@ class Warp:
         self.prog = self.launch.program.ops
         self.regs = RegFile(self.launch.program.registers)
         self.live = threads >= 0
+        self.exited = False                   # every lane has exited
         self.tids = threads                   # linear thread index per lane (-1: no thread)
         self.pc0, self.pc, self.diverged = 0, np.zeros(LANES, np.int64), False
         self.active = self.live
@@ -52,7 +53,7 @@ class Warp:
     # ------------------------------------------------------------------ state used by the ops
     @property
     def finished(self) -> bool:
-        return not self.live.any()
+        return self.exited
 
     def special(self, name: str) -> np.ndarray:
         if name in ("%globaltimer", "%clock64", "%clock"):
@@ -112,8 +113,9 @@ class Warp:
     def kill(self, lanes: np.ndarray) -> None:
         """``exit``/``ret``: these lanes are done."""
         self.live = self.live & ~lanes
+        self.exited = not self.live.any()
         self.cta.threads_exited(int(lanes.sum()))
-        if self.diverged and self.live.any():
+        if self.diverged and not self.exited:
             self._reconverge()
 
     def advance(self, active) -> None:
@@ -145,6 +147,7 @@ class Warp:
         """Execute up to ``budget`` ops; stop early when blocked, spinning or finished. Returns the
         number executed."""
         prog, regs, machine = self.prog, self.regs, self.machine
+        end = len(prog)
         done = 0
         self.spinning = None
         while done < budget:
@@ -154,12 +157,11 @@ class Warp:
                 active = live & (self.pc == pc)
             else:
                 pc, active = self.pc0, self.live
-            if pc >= len(prog):
+            if pc >= end:
                 raise InterpError("ran past the last instruction (a missing ret or exit)",
                                   f"rank {self.launch.rank} block {self.cta.ctaid} warp {self.index}")
             op = prog[pc]
-            self.active = active
-            mask = active
+            self.active = mask = active
             if op.guard is not None:
                 g = regs[op.guard[0]]
                 mask = active & ~g if op.guard[1] else active & g
@@ -167,12 +169,16 @@ class Warp:
             machine.steps += 1
             result = op.run(self, mask) if (mask is active or mask.any()) else None
             if result is None:
-                self.advance(active)
+                if self.diverged:
+                    self.pc = np.where(active, self.pc + 1, self.pc)
+                    self._reconverge()
+                else:
+                    self.pc0 += 1
             elif result is not CONTROL:
                 self.wait, self.wait_active = result, active
                 break
-            if self.diverged:
+            elif self.diverged:
                 self._reconverge()
-            if self.spinning is not None or not self.live.any():
+            if self.spinning is not None or self.exited:
                 break
         return done
