@@ -32,10 +32,11 @@ class Ranks:
 
     def launch(self, rank: int, kernel, threads: int, *, layouts: dict, grid: int = GRID, smem=None,
                num_comm_sms=None, **values):
-        """One rank's launch with ``values`` plus the common parameters; ``layouts`` name -> Symmetric."""
+        """One rank's launch with ``values`` plus the common parameters; ``layouts`` name -> Symmetric
+        (``flags`` defaults to the heap barrier's)."""
         args = dict(values, rank=rank, world=self.size, status=self.status[rank].base, timeout_ns=TIMEOUT_NS,
                     num_comm_sms=grid if num_comm_sms is None else num_comm_sms, barrier_base=0, launch_base=0)
-        for name, buf in dict(layouts, flags=self.flags).items():
+        for name, buf in {"flags": self.flags, **layouts}.items():
             args[f"{name}_peers"], args[f"{name}_mc"] = buf.peer_table(rank), 0
         self.world.launch(rank, kernel, grid, threads, *[args[p.name] for p in kernel.params], smem=smem)
 
