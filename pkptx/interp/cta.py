@@ -9,13 +9,15 @@ from .warp import LANES, Warp
 
 
 class Barrier:
-    """A named CTA barrier (``bar.sync id``): threads arrive; the generation counts completions."""
+    """A named CTA barrier (``bar.sync id``), or a cluster's (``barrier.cluster``): threads of ``owner``
+    (a Cta or a Cluster) arrive; the generation counts completions."""
 
-    def __init__(self, cta):
-        self.cta, self.arrived, self.generation, self.count = cta, 0, 0, None
+    def __init__(self, owner, machine):
+        self.owner, self.machine = owner, machine
+        self.arrived, self.generation, self.count = 0, 0, None
 
     def required(self) -> int:
-        return self.count if self.count is not None else self.cta.live_threads
+        return self.count if self.count is not None else self.owner.live_threads
 
     def arrive(self, threads: int, count: int | None) -> int:
         generation = self.generation
@@ -28,8 +30,8 @@ class Barrier:
         if self.arrived and self.arrived >= self.required():
             self.arrived, self.count = 0, None
             self.generation += 1
-            self.cta.launch.machine.epoch += 1
-            checker = self.cta.launch.machine.checker
+            self.machine.epoch += 1
+            checker = self.machine.checker
             if checker is not None:
                 checker.bar_complete(self)
 
@@ -37,10 +39,15 @@ class Barrier:
 class Cluster:
     """CTAs that share distributed shared memory: each CTA's window lies in one address space."""
 
-    def __init__(self, index: tuple):
+    def __init__(self, index: tuple, machine):
         self.index = index
         self.shared = AddressSpace("shared")
         self.ctas = []
+        self.barrier = Barrier(self, machine)
+
+    @property
+    def live_threads(self) -> int:
+        return sum(cta.live_threads for cta in self.ctas)
 
 
 def _align(value: int, align: int) -> int:
@@ -81,13 +88,14 @@ class Cta:
     def barrier(self, ident: int) -> Barrier:
         bar = self.barriers.get(ident)
         if bar is None:
-            bar = self.barriers[ident] = Barrier(self)
+            bar = self.barriers[ident] = Barrier(self, self.launch.machine)
         return bar
 
     def threads_exited(self, n: int) -> None:
         self.live_threads -= n
         for bar in self.barriers.values():
             bar.check()
+        self.cluster.barrier.check()
 
     def symbol_address(self, name: str) -> int:
         if name in self.symbols:

@@ -172,8 +172,8 @@ class RaceChecker:
         barrier.released.pop(barrier.generation - 3, None)
         barrier.pending_vc = {}
 
-    def bar_resume(self, w, barrier, generation: int, ident: int) -> None:
-        self.acquire(w, barrier.released.get(generation), ("bar.sync", ident))
+    def bar_resume(self, w, barrier, generation: int, what: str) -> None:
+        self.acquire(w, barrier.released.get(generation), (what, ""))
 
     def release_to(self, w, lane, mb) -> None:
         mb.releases = join(mb.releases or {}, self.release(w))

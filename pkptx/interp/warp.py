@@ -40,6 +40,7 @@ class Warp:
         self.pc0, self.pc, self.diverged = 0, np.zeros(LANES, np.int64), False
         self.active = self.live
         self.wait = None                      # a Wait while blocked
+        self.cluster_generation = None        # the barrier.cluster phase this warp arrived in
         self.wait_active = None
         self.last_poll = None                 # (pc, epoch) of the previous poll
         self.spinning = None                  # the epoch at which the warp found itself spinning
