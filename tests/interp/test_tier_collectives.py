@@ -130,3 +130,21 @@ def test_all_to_all(w, base, a, g, dtype):
     want = all_to_all.reference(xs, a, g)
     for r in range(w):
         assert_bits(out.read(r), want[r], f"rank {r}")
+
+
+@pytest.mark.parametrize("seed, quantum", [(s, q) for s in range(3) for q in (1, 5, 64)])
+def test_all_reduce_under_other_schedules(seed, quantum):
+    """The same collective under other interleavings of the ranks' warps (seeded scheduler, turns of
+    1 to ``quantum`` warp-instructions)."""
+    w, n, dtype = 3, 200, "f32"
+    ranks = Ranks(w, seed=seed, quantum=quantum)
+    xs = inputs(seed, w, (n,), dtype)
+    buf = ranks.symmetric((n,), DTYPES[dtype], "buf")
+    cfg = all_reduce.Config(dtype=dtype, algorithm="two_shot")
+    for r in range(w):
+        buf.write(r, xs[r])
+        ranks.launch(r, kernel(all_reduce.build, cfg), cfg.threads, layouts=dict(src=buf, dst=buf), grid=1,
+                     n_vec=-(-buf.nbytes // 16))
+    ranks.run()
+    for r in range(w):
+        assert_close(buf.read(r), all_reduce.reference(xs), dtype, w, f"rank {r}")
