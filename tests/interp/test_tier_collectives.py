@@ -9,6 +9,7 @@ import functools
 import numpy as np
 import pytest
 
+from pkptx.interp import DeadlockError
 from pkptx.ops import collectives as ops
 from pkptx.templates.kernels import all_gather, all_reduce, all_to_all, reduce_scatter
 
@@ -148,3 +149,14 @@ def test_all_reduce_under_other_schedules(seed, quantum):
     ranks.run()
     for r in range(w):
         assert_close(buf.read(r), all_reduce.reference(xs), dtype, w, f"rank {r}")
+
+
+def test_a_rank_that_never_comes_is_a_deadlock_naming_the_flag():
+    """Rank 1 never launches: rank 0's blocks wait at the heap barrier; the report names the flag
+    word, its owner, the value seen and the value the wait expects."""
+    ranks = Ranks(2)
+    buf = ranks.symmetric((64,), np.float32, "buf", fill=0)
+    cfg = all_reduce.Config(dtype="f32", algorithm="two_shot")
+    ranks.launch(0, kernel(all_reduce.build, cfg), cfg.threads, layouts=dict(src=buf, dst=buf), grid=1, n_vec=16)
+    with pytest.raises(DeadlockError, match=r"waits on flag heap flags\[0\] of rank 0 .*observed 1, expects 2"):
+        ranks.run()
