@@ -11,6 +11,7 @@ import numpy as np
 from .errors import DeadlockError, StepLimitError
 from .launch import Launch
 from .memory import AddressSpace
+from .multimem import Multicast
 from .races import RaceChecker
 from .report import waiting
 
@@ -28,6 +29,7 @@ class Machine:
         self.quantum, self.async_delay, self.max_steps = quantum, async_delay, max_steps
         self.ns_per_step, self.check_uninit = ns_per_step, check_uninit
         self.global_space = AddressSpace("global")
+        self.multicast = Multicast()
         self.launches: list[Launch] = []
         self.steps = 0
         self.epoch = 0

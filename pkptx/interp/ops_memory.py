@@ -108,21 +108,12 @@ def _atomic_fn(name: str, ty):
     return fns[name]
 
 
-def atomic(op, prog):
-    """``atom`` (old value into d) and ``red`` (no result): lanes apply in lane order."""
-    ty = op.type(0)
-    is_atom = op.key == "atom"
-    first = 1 if is_atom else 0
-    addr = address(op.operands[first])
-    b = reader(op.operands[first + 1], ty)
-    c = reader(op.operands[first + 2], ty) if op.mods["op"] == "cas" else None
-    write = writer(op.operands[0], ty) if is_atom else None
-    fn = _atomic_fn(op.mods["op"], ty)
-    dt, size, space = np_dtype(ty), ty.bytes, op.mods.get("space")
+def atomic_update(name: str, ty):
+    """``update(w, op, space, addrs, b, c, mask)`` -> old values: one read-modify-write per lane of
+    ``mask``, in lane order (``atom``, ``red`` and each copy of a ``multimem.red``)."""
+    fn, dt, size = _atomic_fn(name, ty), np_dtype(ty), ty.bytes
 
-    def run(w, mask):
-        addrs, bv = addr(w), b(w)
-        cv = c(w) if c is not None else bv
+    def update(w, op, space, addrs, bv, cv, mask):
         old_all = np.zeros(LANES, dt)
         with np.errstate(over="ignore"):
             for lane in np.nonzero(mask)[0]:
@@ -133,8 +124,26 @@ def atomic(op, prog):
                 new = np.array([fn(old, bv[lane], cv[lane])], dt)
                 access(w, op, space, addrs, size, one, write=np.repeat(new.view(np.uint8)[None], LANES, 0))
                 old_all[lane] = old
+        return old_all
+    return update
+
+
+def atomic(op, prog):
+    """``atom`` (old value into d) and ``red`` (no result)."""
+    ty = op.type(0)
+    is_atom = op.key == "atom"
+    first = 1 if is_atom else 0
+    addr = address(op.operands[first])
+    b = reader(op.operands[first + 1], ty)
+    c = reader(op.operands[first + 2], ty) if op.mods["op"] == "cas" else None
+    write = writer(op.operands[0], ty) if is_atom else None
+    update, space = atomic_update(op.mods["op"], ty), op.mods.get("space")
+
+    def run(w, mask):
+        bv = b(w)
+        old = update(w, op, space, addr(w), bv, c(w) if c is not None else bv, mask)
         if write is not None:
-            write(w, old_all, mask)
+            write(w, old, mask)
     return run
 
 

@@ -137,7 +137,7 @@ class RaceChecker:
     # ------------------------------------------------------------------ synchronisation
     def access(self, w, op, mem, addrs: np.ndarray, size: int, lanes, write: bool) -> None:
         """The hook of every ld/st/atom/red: weak ones are data accesses; the others synchronise."""
-        sem = op.mods.get("sem") or ("relaxed" if op.key in ("atom", "red") else None)
+        sem = op.mods.get("sem") or ("relaxed" if op.key in ("atom", "red", "multimem.red") else None)
         if sem not in SYNC_SEMS:
             self.data(w, op, mem, addrs, size, write, w.location(op))
             return

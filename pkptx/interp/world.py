@@ -17,7 +17,7 @@ class Symmetric:
     """The same shape and dtype on every rank, at the same offset of each rank's region; each rank's
     peer table (u64 addresses of every rank's copy, rank order) lies in that rank's memory."""
 
-    def __init__(self, world: "World", shape, dtype, name: str, fill: int | None):
+    def __init__(self, world: "World", shape, dtype, name: str, fill: int | None, multicast: bool):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         padded = max(-(-self.nbytes // 16) * 16, 16)      # as the heap pads: kernels move 16-byte vectors
@@ -28,6 +28,7 @@ class Symmetric:
             a.written[self.nbytes:] = True              # the padding holds whatever it holds
         ptrs = np.array([a.base for a in self.allocs], np.uint64)
         self.tables = [m.from_numpy(ptrs, name=f"{name} peer table", rank=r) for r in range(world.size)]
+        self.mc = m.multicast.bind(self.allocs) if multicast else 0     # the multicast address, or 0
 
     def ptr(self, rank: int) -> int:
         return self.allocs[rank].base
@@ -52,9 +53,11 @@ class World:
         self.size = size
         self.machine = Machine(**options)
 
-    def symmetric(self, shape, dtype, *, name: str = "symmetric", fill: int | None = None) -> Symmetric:
-        """A buffer on every rank; ``fill`` a byte value (None: never written, the NaN poison)."""
-        return Symmetric(self, shape, dtype, name, fill)
+    def symmetric(self, shape, dtype, *, name: str = "symmetric", fill: int | None = None,
+                  multicast: bool = False) -> Symmetric:
+        """A buffer on every rank; ``fill`` a byte value (None: never written, the NaN poison);
+        ``multicast``: also a multicast address (``.mc``) for the ``multimem`` instructions."""
+        return Symmetric(self, shape, dtype, name, fill, multicast)
 
     def launch(self, rank: int, kernel, grid, block, *args, smem=None, cluster=None):
         return self.machine.launch(kernel, grid, block, *args, smem=smem, cluster=cluster, rank=rank)

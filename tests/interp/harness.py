@@ -20,15 +20,16 @@ TIMEOUT_NS = 10 ** 15       # the interpreter's clock runs 1 ns per warp-op: nev
 class Ranks:
     """An interpreter World with the per-rank state every launch needs: status words and heap flags."""
 
-    def __init__(self, size: int, seed: int = 0, **options):
+    def __init__(self, size: int, seed: int = 0, *, multicast: bool = False, **options):
         self.world = World(size, seed=seed, check_uninit=True, check_races=True, **options)
-        self.size = size
-        self.flags = self.world.symmetric((FLAG_COUNT,), np.uint32, name="heap flags", fill=0)
+        self.size, self.multicast = size, multicast
+        self.flags = self.world.symmetric((FLAG_COUNT,), np.uint32, name="heap flags", fill=0, multicast=multicast)
         self.status = [self.world.machine.alloc(32, name="status", rank=r, fill=0, written=True)
                        for r in range(size)]
 
     def symmetric(self, shape, dtype, name: str, fill=None):
-        return self.world.symmetric(shape, dtype, name=name, fill=fill)
+        """A buffer on every rank (with a multicast address when the ranks have multicast)."""
+        return self.world.symmetric(shape, dtype, name=name, fill=fill, multicast=self.multicast)
 
     def launch(self, rank: int, kernel, threads: int, *, layouts: dict, grid: int = GRID, smem=None,
                num_comm_sms=None, **values):
@@ -37,7 +38,7 @@ class Ranks:
         args = dict(values, rank=rank, world=self.size, status=self.status[rank].base, timeout_ns=TIMEOUT_NS,
                     num_comm_sms=grid if num_comm_sms is None else num_comm_sms, barrier_base=0, launch_base=0)
         for name, buf in {"flags": self.flags, **layouts}.items():
-            args[f"{name}_peers"], args[f"{name}_mc"] = buf.peer_table(rank), 0
+            args[f"{name}_peers"], args[f"{name}_mc"] = buf.peer_table(rank), buf.mc
         self.world.launch(rank, kernel, grid, threads, *[args[p.name] for p in kernel.params], smem=smem)
 
     def run(self):

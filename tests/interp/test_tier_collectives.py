@@ -1,5 +1,5 @@
 """CI tier under the interpreter: every collective at world sizes 1 to 4 on small sizes, planned by the
-host ops' own planners, checked against the kernels' numpy references with the GPU tests' rules
+host ops' own planners, unicast and (where the op has one) through multicast addresses (multimem), checked against the kernels' numpy references with the GPU tests' rules
 (reductions against float64 within the dtype's tolerance, copies bit for bit). Memory starts as NaN and
 reads of never-written bytes raise."""
 from __future__ import annotations
@@ -35,12 +35,13 @@ def _with_dim(shape, dim: int, factor: int) -> tuple:
 @pytest.mark.parametrize("w", WORLDS)
 @pytest.mark.parametrize("n, dtype, op, algorithm", [(300, "bf16", "sum", "one_shot"), (1000, "f32", "max", "two_shot"),
                                                      (7, "f16", "min", "two_shot"), (129, "bf16", "sum", "two_shot")])
-def test_all_reduce(w, n, dtype, op, algorithm):
-    ranks = Ranks(w, seed=n + w)
+@pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
+def test_all_reduce(w, n, dtype, op, algorithm, mc):
+    ranks = Ranks(w, seed=n + w, multicast=mc)
     xs = inputs(n, w, (n,), dtype)
     src = ranks.symmetric((n,), DTYPES[dtype], "src")
     dst = src if algorithm == "two_shot" else ranks.symmetric((n,), DTYPES[dtype], "dst")
-    cfg = all_reduce.Config(dtype=dtype, op=op, algorithm=algorithm)
+    cfg = all_reduce.Config(dtype=dtype, op=op, algorithm=algorithm, multicast=mc and op == "sum")
     n_vec = -(-src.nbytes // 16)
     work = -(-n_vec // w) if algorithm == "two_shot" else n_vec
     grid = min(GRID, -(-work // cfg.threads))
@@ -67,8 +68,9 @@ def _planned(ranks, plan, build, src, dst, **kw):
 @pytest.mark.parametrize("w", WORLDS)
 @pytest.mark.parametrize("shard, dim, dtype, in_place", [((5, 24), 0, "bf16", False), ((3, 4, 16), 1, "f32", True),
                                                         ((9,), 0, "f16", False), ((2, 7), -1, "bf16", True)])
-def test_all_gather(w, shard, dim, dtype, in_place):
-    ranks = Ranks(w, seed=w)
+@pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
+def test_all_gather(w, shard, dim, dtype, in_place, mc):
+    ranks = Ranks(w, seed=w, multicast=mc)
     d = dim % len(shard)
     out_shape = _with_dim(shard, d, w)
     shards = inputs(len(shard) + w, w, shard, dtype)
@@ -82,7 +84,7 @@ def test_all_gather(w, shard, dim, dtype, in_place):
         else:
             buf.write(r, shards[r])
     _planned(ranks, lambda r: ops.check_all_gather(buf.shape, buf.dtype, out.shape, out.dtype, w, r, dim=dim,
-                                                   in_place=in_place), all_gather.build, buf, out)
+                                                   in_place=in_place, multicast=mc), all_gather.build, buf, out)
     want = all_gather.reference(shards, d)
     for r in range(w):
         assert_bits(out.read(r), want, f"rank {r}")
@@ -92,8 +94,9 @@ def test_all_gather(w, shard, dim, dtype, in_place):
 @pytest.mark.parametrize("part, dim, dtype, op, in_place", [((3, 16), 0, "bf16", "sum", False),
                                                            ((4, 5), 1, "f32", "max", True),
                                                            ((2, 3, 8), -1, "f16", "min", False)])
-def test_reduce_scatter(w, part, dim, dtype, op, in_place):
-    ranks = Ranks(w, seed=w + 1)
+@pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
+def test_reduce_scatter(w, part, dim, dtype, op, in_place, mc):
+    ranks = Ranks(w, seed=w + 1, multicast=mc)
     d = dim % len(part)
     shape = _with_dim(part, d, w)
     xs = inputs(len(part) * w, w, shape, dtype)
@@ -102,7 +105,8 @@ def test_reduce_scatter(w, part, dim, dtype, op, in_place):
     for r in range(w):
         buf.write(r, xs[r])
     _planned(ranks, lambda r: ops.check_reduce_scatter(buf.shape, buf.dtype, out.shape, out.dtype, w, r, dim=dim,
-                                                       op=op, in_place=in_place), reduce_scatter.build, buf, out)
+                                                       op=op, in_place=in_place, multicast=mc),
+             reduce_scatter.build, buf, out)
     refs = reduce_scatter.reference(xs, d, op)
     for r in range(w):
         if not in_place:
