@@ -1,6 +1,7 @@
-"""Three bugs planted in real kernels, each caught by the interpreter with a message that names the flag
-or the Python line: a flag raised without a release fence (AG+GEMM), an off-by-one tile coordinate in
-the flag a block waits for before loading a tile (AG+GEMM), and a missing mbarrier arrive (GEMM)."""
+"""Bugs planted in real kernels, each caught by the interpreter with a message that names the flag or the
+Python line: a flag raised without a release fence (AG+GEMM), an off-by-one tile coordinate in the flag
+a block waits for before loading a tile (AG+GEMM), a missing mbarrier arrive (GEMM), and a signal after
+waiting for the bulk copies' reads only (``wait_group.read``, pk-design 5)."""
 from __future__ import annotations
 
 import functools
@@ -52,3 +53,14 @@ def test_missing_arrive(monkeypatch):
         run_gemm("nk", "bf16")
     text = str(err.value)
     assert "no warp can make progress" in text and "mbarrier full" in text and "1 of 1 arrivals pending" in text, text
+
+
+def test_signal_after_a_read_only_wait(monkeypatch):
+    def read_only(b):
+        b.bulk_wait_group(0, read=True)                              # planted: the writes may be in flight
+        b.fence_proxy_async("global")
+    monkeypatch.setattr(ag_gemm, "publish_async_writes", read_only)
+    with pytest.raises(RaceError) as err:
+        run_ag_gemm(2, 1, build=_fresh(ag_gemm.build))
+    text = str(err.value)
+    assert "not ordered after the write by the copy" in text and "flag ready[" in text, text

@@ -102,10 +102,11 @@ def test_ag_gemm_smallest(w, tiles):
 
 
 @pytest.mark.parametrize("w", (1, 2, 3))
-def test_gemm_ar_smallest(w):
-    cfg = gemm_ar.Config(SMALL)
+@pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
+def test_gemm_ar_smallest(w, mc):
+    cfg = gemm_ar.Config(SMALL, multicast=mc)
     m, n, k = 64, 64, 64
-    ranks = Ranks(w, seed=w + 40)
+    ranks = Ranks(w, seed=w + 40, multicast=mc)
     a, b = _operands(w + 50, w, m, n, k, "nk")
     out = ranks.symmetric((m, n), DTYPES["bf16"], "c")
     done = ranks.symmetric((1,), np.uint32, "done", fill=0)
