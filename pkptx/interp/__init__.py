@@ -2,8 +2,9 @@
 vectorised over the 32 lanes with numpy, with several ranks in one process.
 
 ``run(kernel, grid, block, *args)`` launches one kernel on a fresh :class:`Machine` and runs it;
-numpy arrays passed for pointer parameters are copied in and back. For several ranks, or memory that
-outlives a launch, make a Machine, allocate on it, ``launch`` per rank and ``run``.
+numpy arrays passed for pointer parameters are copied in and back. For memory that outlives a launch,
+make a Machine, allocate on it, ``launch`` and ``run``; for several ranks, a :class:`World` (symmetric
+buffers with peer tables over one Machine).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .errors import (DeadlockError, InterpError, MemoryFault, RaceError, StepLim
                      UnsupportedError)
 from .machine import Machine
 from .memory import Allocation
+from .world import Symmetric, World
 
 
 def run(kernel, grid, block, *args, smem: int | None = None, cluster=None, machine: Machine | None = None,
@@ -21,5 +23,5 @@ def run(kernel, grid, block, *args, smem: int | None = None, cluster=None, machi
     return m.run()
 
 
-__all__ = ["run", "Machine", "Allocation", "InterpError", "DeadlockError", "MemoryFault", "RaceError",
+__all__ = ["run", "Machine", "World", "Symmetric", "Allocation", "InterpError", "DeadlockError", "MemoryFault", "RaceError",
            "StepLimitError", "UninitializedRead", "UnsupportedError"]

@@ -9,13 +9,15 @@ from .warp import LANES, Warp
 
 
 class Barrier:
-    """A named CTA barrier (``bar.sync id``): threads arrive; the generation counts completions."""
+    """A named CTA barrier (``bar.sync id``), or a cluster's (``barrier.cluster``): threads of ``owner``
+    (a Cta or a Cluster) arrive; the generation counts completions."""
 
-    def __init__(self, cta):
-        self.cta, self.arrived, self.generation, self.count = cta, 0, 0, None
+    def __init__(self, owner, machine):
+        self.owner, self.machine = owner, machine
+        self.arrived, self.generation, self.count = 0, 0, None
 
     def required(self) -> int:
-        return self.count if self.count is not None else self.cta.live_threads
+        return self.count if self.count is not None else self.owner.live_threads
 
     def arrive(self, threads: int, count: int | None) -> int:
         generation = self.generation
@@ -28,19 +30,24 @@ class Barrier:
         if self.arrived and self.arrived >= self.required():
             self.arrived, self.count = 0, None
             self.generation += 1
-            self.cta.launch.machine.epoch += 1
-            checker = self.cta.launch.machine.checker
+            self.machine.epoch += 1
+            checker = self.machine.checker
             if checker is not None:
-                checker.barrier(self)
+                checker.bar_complete(self)
 
 
 class Cluster:
     """CTAs that share distributed shared memory: each CTA's window lies in one address space."""
 
-    def __init__(self, index: tuple):
+    def __init__(self, index: tuple, machine):
         self.index = index
         self.shared = AddressSpace("shared")
         self.ctas = []
+        self.barrier = Barrier(self, machine)
+
+    @property
+    def live_threads(self) -> int:
+        return sum(cta.live_threads for cta in self.ctas)
 
 
 def _align(value: int, align: int) -> int:
@@ -66,7 +73,7 @@ class Cta:
         base = SHARED_BASE + cluster_rank * SHARED_STRIDE
         self.window = cluster.shared.alloc(max(cursor, 8), name=f"shared of block {ctaid}", rank=launch.rank,
                                            base=base)
-        self.symbols = {name: base + off for name, off in offsets.items()}
+        self.symbols = {name: off for name, off in offsets.items()}     # shared::cta addresses
         self._names = sorted(((off, name) for name, off in offsets.items()), reverse=True)
         self.barriers: dict[int, Barrier] = {}
         block = launch.block
@@ -81,13 +88,14 @@ class Cta:
     def barrier(self, ident: int) -> Barrier:
         bar = self.barriers.get(ident)
         if bar is None:
-            bar = self.barriers[ident] = Barrier(self)
+            bar = self.barriers[ident] = Barrier(self, self.launch.machine)
         return bar
 
     def threads_exited(self, n: int) -> None:
         self.live_threads -= n
         for bar in self.barriers.values():
             bar.check()
+        self.cluster.barrier.check()
 
     def symbol_address(self, name: str) -> int:
         if name in self.symbols:
@@ -101,6 +109,13 @@ class Cta:
                 return f"{name}+{offset - start} (rank {self.launch.rank} block {self.ctaid})" if offset > start \
                     else f"{name} (rank {self.launch.rank} block {self.ctaid})"
         return f"shared+{offset}"
+
+    def resolve(self, addrs: np.ndarray) -> np.ndarray:
+        """Shared addresses in the cluster's space: a ``shared::cta`` address (below SHARED_STRIDE, small
+        as on a GPU, so descriptors and 14-bit fields hold it) is this CTA's; larger ones (from ``mapa``)
+        name a CTA of the cluster."""
+        addrs = addrs.astype(np.uint64, copy=False)
+        return np.where(addrs < np.uint64(SHARED_STRIDE), addrs + np.uint64(self.window.base), addrs)
 
     def check_own_window(self, w, addrs: np.ndarray, size: int) -> None:
         lo, hi = self.window.base, self.window.end

@@ -125,5 +125,5 @@ def decode(kernel) -> tuple[list[Op], dict[str, int]]:
                 neg = ins.guard.startswith("@!")
                 guard = (ins.guard[2:] if neg else ins.guard[1:], neg)
             ops.append(Op(len(ops), ins.key, ins.text, mods, types, tuple(parse(o) for o in ins.operands), guard,
-                          ins.origin.file_line if ins.origin else "?"))
+                          str(ins.origin) if ins.origin else "?"))
     return ops, labels

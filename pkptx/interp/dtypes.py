@@ -48,7 +48,7 @@ def from_storage(raw: np.ndarray, ty: PtxType) -> np.ndarray:
     """Raw register bits viewed as ``ty``; a wider register is truncated to ``ty``'s width."""
     want = _STORAGE.get(ty.bits, np.uint64)
     if raw.dtype.itemsize * 8 != ty.bits and raw.dtype != np.bool_:
-        raw = raw.astype(want)
+        raw = raw.view(_STORAGE[raw.dtype.itemsize * 8]).astype(want)
     return raw.view(_BY_NAME[ty.name]) if ty.bits > 1 else raw
 
 

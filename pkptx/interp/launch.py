@@ -84,7 +84,7 @@ class Launch:
             for y in range(gy):
                 for x in range(gx):
                     key = (x // cx, y // cy, z // cz)
-                    cl = clusters.setdefault(key, Cluster(key))
+                    cl = clusters.get(key) or clusters.setdefault(key, Cluster(key, self.machine))
                     local = (x % cx, y % cy, z % cz)
                     rank = local[0] + cx * (local[1] + cy * local[2])
                     cta = Cta(self, (x, y, z), cl, rank, local)

@@ -11,6 +11,8 @@ import numpy as np
 from .errors import DeadlockError, StepLimitError
 from .launch import Launch
 from .memory import AddressSpace
+from .multimem import Multicast
+from .races import RaceChecker
 from .report import waiting
 
 
@@ -18,21 +20,23 @@ class Machine:
     """``Machine(seed=0)``; ``alloc``/``from_numpy`` memory; ``launch(kernel, grid, block, *args,
     rank=r)`` per rank; ``run()``. ``quantum``: most ops a warp runs before the scheduler picks again
     (the count drawn per turn from 1..quantum); ``async_delay``: most warp-ops an async copy takes.
-    ``ns_per_step``: how far ``%globaltimer`` advances per executed warp-op."""
+    ``ns_per_step``: how far ``%globaltimer`` advances per executed warp-op. ``check_uninit``: reads of
+    never-written memory raise; ``check_races``: the happens-before race checker (:mod:`.races`)."""
 
     def __init__(self, *, seed: int = 0, quantum: int = 64, async_delay: int = 200, max_steps: int = 50_000_000,
-                 ns_per_step: int = 1, check_uninit: bool = False):
+                 ns_per_step: int = 1, check_uninit: bool = False, check_races: bool = False):
         self.rng = np.random.default_rng(seed)
         self.quantum, self.async_delay, self.max_steps = quantum, async_delay, max_steps
         self.ns_per_step, self.check_uninit = ns_per_step, check_uninit
         self.global_space = AddressSpace("global")
+        self.multicast = Multicast()
         self.launches: list[Launch] = []
         self.steps = 0
         self.epoch = 0
         self.elapsed = 0.0
         self._async: list = []
         self._seq = 0
-        self.checker = None          # a happens-before race checker's hooks (none is written yet)
+        self.checker = RaceChecker() if check_races else None
 
     @property
     def clock_ns(self) -> int:
@@ -68,15 +72,12 @@ class Machine:
                 break
         return landed
 
-    def drain(self, predicate) -> None:
-        """Complete pending async work until ``predicate()`` (a thread waiting for its bulk groups)."""
-        while not predicate() and self._async:
-            self._land(None)
-
     # ------------------------------------------------------------------ scheduling
     def run(self) -> "Machine":
         """Run every launched kernel to completion, interleaving the warps of all ranks."""
         start = time.perf_counter()
+        if self.checker is not None:
+            self.checker.start_run()
         warps = [w for launch in self.launches for cta in launch.ctas for w in cta.warps if not w.finished]
         rng, quantum = self.rng, self.quantum
         with np.errstate(all="ignore"):

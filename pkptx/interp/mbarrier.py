@@ -63,9 +63,10 @@ class MBarrier:
 def lookup(w, addr: int, *, create: int | None = None, space: str = "shared::cta") -> MBarrier:
     """The mbarrier at shared address ``addr`` (``create``: mbarrier.init with that count)."""
     shared = w.cta.cluster.shared
-    (alloc, _, off), = shared.locate(np.array([addr], np.uint64), 8, w.describe)
+    at = w.cta.resolve(np.array([addr], np.uint64))
+    (alloc, _, off), = shared.locate(at, 8, w.describe)
     if space != "shared::cluster":
-        w.cta.check_own_window(w, np.array([addr], np.uint64), 8)
+        w.cta.check_own_window(w, at, 8)
     offset = int(off[0])
     if create is not None:
         alloc.written[offset:offset + 8] = True

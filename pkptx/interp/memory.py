@@ -106,6 +106,8 @@ class AddressSpace:
         (message from ``describe(text, index of the lane)``) for an address outside every allocation, an access running
         past its end, or one not aligned to ``size``."""
         addrs = addrs.astype(np.uint64, copy=False)
+        if not addrs.size:
+            return []
         if size > 1 and np.any(addrs % np.uint64(min(size, 16))):
             i = int(np.nonzero(addrs % np.uint64(min(size, 16)))[0][0])
             raise MemoryFault(describe(f"misaligned {size}-byte {self.space} access at {int(addrs[i]):#x}", i))

@@ -1,6 +1,10 @@
 """Operand access compiled once per instruction: ``reader(operand, ty)`` returns ``f(warp)`` giving the
 32 lanes' values as ``ty``; ``writer(operand, ty)`` returns ``f(warp, values, mask)``; ``address``
-returns ``f(warp)`` giving 64-bit addresses. Register arrays are never changed in place."""
+returns ``f(warp)`` giving 64-bit addresses.
+
+A register holds 32 values of its width in whatever dtype of that width last wrote it (an ``add.f32``
+leaves float32, an ``and.b32`` uint32), so a reader of the same type needs no view. Register arrays are
+never changed in place, so they may be shared."""
 from __future__ import annotations
 
 import struct
@@ -37,7 +41,11 @@ def reader(op: Operand, ty: PtxType | str):
         name = op.name
         if op.type.bits == ty.bits and ty.bits > 1:
             dt = np_dtype(ty)
-            return lambda w: w.regs[name].view(dt)
+
+            def same_width(w):
+                value = w.regs[name]
+                return value if value.dtype is dt else value.view(dt)
+            return same_width
         return lambda w: from_storage(w.regs[name], ty)
     if op.kind == "notreg":
         name = op.name
@@ -60,15 +68,19 @@ def writer(op: Operand, ty: PtxType | str):
         return lambda w, value, mask: None
     if op.kind != "reg":
         raise UnsupportedError(f"operand {op} cannot be written")
-    name, bits = op.name, op.type.bits
+    name, bits, dt = op.name, op.type.bits, np_dtype(ty)
 
     def write(w, value, mask):
-        raw = to_storage(np.asarray(value, np_dtype(ty)), ty, bits)
+        """``mask`` is the warp's live lanes (the common case, tested by identity) or a lane subset."""
+        if value.dtype is not dt:
+            value = value.astype(dt)
+        raw = value if ty.bits == bits else to_storage(value, ty, bits)
         regs = w.regs
-        if mask is None or mask.all():
-            regs[name] = raw if raw.base is None else raw.copy()
-        else:
-            regs[name] = np.where(mask, raw, regs[name])
+        if mask is w.live:
+            regs[name] = raw
+            return
+        old = regs[name]
+        regs[name] = np.where(mask, raw, old if old.dtype is raw.dtype else old.view(raw.dtype))
     return write
 
 
@@ -82,7 +94,7 @@ def address(op: Operand):
     if base.kind == "reg":
         name = base.name
         if base.type.bits == 64:
-            return lambda w: w.regs[name] + offset
+            return lambda w: w.regs[name].view(np.uint64) + offset
         return lambda w: w.regs[name].astype(np.uint64) + offset
     if base.kind == "sym":
         name = base.name

@@ -72,15 +72,24 @@ def _shift(left: bool, ty):
     return shift
 
 
+def _truncated_quotient(a, b):
+    """Signed division rounding toward zero, wrapping as the hardware does (INT_MIN / -1 is INT_MIN):
+    in int64 for narrower types (|INT_MIN| does not fit their own width), in Python ints for 64-bit."""
+    if a.dtype.itemsize < 8:
+        a64, b64 = a.astype(np.int64), b.astype(np.int64)
+        return np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)
+    q = [abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a.tolist(), b.tolist())]
+    return np.array([v % (1 << 64) for v in q], np.uint64).view(np.int64)
+
+
 def _div(ty):
     if ty.is_float:
         return lambda a, b: a / b
-    ones = np.array(-1).astype(np_dtype(ty)) if ty.kind == "s" else np.array(np.iinfo(np_dtype(ty)).max,
-                                                                              np_dtype(ty))
+    ones = np.array(-1).astype(np_dtype(ty))        # all bits set: the quotient of a division by zero
 
     def div(a, b):
         safe = np.where(b == 0, np.ones_like(b), b)
-        q = np.abs(a) // np.abs(safe) * np.sign(a) * np.sign(safe) if ty.kind == "s" else a // safe
+        q = _truncated_quotient(a, safe) if ty.kind == "s" else a // safe
         return np.where(b == 0, ones, q).astype(a.dtype)
     return div
 

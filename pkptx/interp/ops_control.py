@@ -48,11 +48,49 @@ def bar_sync(op, prog):
         bar_id = int(ident(w)[0])
         barrier = w.cta.barrier(bar_id)
         expected = int(count(w)[0]) if count is not None else None
+        checker = w.machine.checker
+        if checker is not None:
+            checker.bar_arrive(w, barrier)
         generation = barrier.arrive(int(mask.sum()), expected)
         if not waits:
             return None
-        return Wait(lambda: barrier.generation != generation,
-                    lambda: f"bar.sync {bar_id}: {barrier.arrived} of {barrier.required()} threads arrived")
+        return _completion(w, barrier, generation, f"bar.sync {bar_id}")
+    return run
+
+
+def _completion(w, barrier, generation: int, what: str) -> Wait | None:
+    """Wait until ``barrier`` completes ``generation`` (the race checker: then acquire its arrivals)."""
+    checker = w.machine.checker
+
+    def ready():
+        if barrier.generation == generation:
+            return False
+        if checker is not None:
+            checker.bar_resume(w, barrier, generation, what)
+        return True
+    if ready():
+        return None
+    return Wait(ready, lambda: f"{what}: {barrier.arrived} of {barrier.required()} threads arrived")
+
+
+def cluster_arrive(op, prog):
+    """``barrier.cluster.arrive``: this warp's active threads arrive on the cluster's barrier."""
+    def run(w, mask):
+        barrier = w.cta.cluster.barrier
+        if w.machine.checker is not None:
+            w.machine.checker.bar_arrive(w, barrier)
+        w.cluster_generation = barrier.arrive(int(mask.sum()), None)
+    return run
+
+
+def cluster_wait(op, prog):
+    """``barrier.cluster.wait``: until the phase this warp arrived in completes."""
+    def run(w, mask):
+        generation = w.cluster_generation
+        if generation is None:
+            raise w.error(InterpError, "barrier.cluster.wait without a barrier.cluster.arrive before it")
+        w.cluster_generation = None
+        return _completion(w, w.cta.cluster.barrier, generation, "barrier.cluster")
     return run
 
 
@@ -71,6 +109,7 @@ def nothing(op, prog):
 
 TABLE = {"bra": bra, "ret": finish, "exit": finish, "trap": trap, "bar.sync": bar_sync,
          "barrier.sync": bar_sync, "bar.arrive": bar_sync, "barrier.arrive": bar_sync,
+         "barrier.cluster.arrive": cluster_arrive, "barrier.cluster.wait": cluster_wait,
          "membar": fence, "fence": fence, "fence.proxy.async": fence, "fence.proxy.alias": fence,
          "fence.proxy.tensormap.release": fence, "fence.proxy.tensormap.acquire": fence,
          "fence.mbarrier_init": fence}

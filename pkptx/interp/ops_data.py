@@ -77,14 +77,14 @@ def mapa(op, prog):
 
     def run(w, mask):
         a = read(w).astype(np.uint64)
-        offset = (a - base) % stride
+        offset = a % stride                 # a shared::cta or shared::cluster address
         write(w, (base + rank(w).astype(np.uint64) * stride + offset).astype(np_dtype(ty)), mask)
     return run
 
 
 def getctarank(op, prog):
     read, write = reader(op.operands[1], op.type(0)), writer(op.operands[0], "u32")
-    return lambda w, mask: write(w, ((read(w).astype(np.uint64) - np.uint64(SHARED_BASE)) //
+    return lambda w, mask: write(w, ((w.cta.resolve(read(w)) - np.uint64(SHARED_BASE)) //
                                      np.uint64(SHARED_STRIDE)).astype(np.uint32), mask)
 
 

@@ -18,11 +18,11 @@ POLLING = ("acquire", "relaxed", "volatile")
 def spaces(w, space: str | None, addrs: np.ndarray):
     """(AddressSpace, addresses in it) for a state space; generic addresses route by their range."""
     if space in ("shared", "shared::cta", "shared::cluster"):
-        return w.cta.cluster.shared, addrs
+        return w.cta.cluster.shared, w.cta.resolve(addrs)
     if space in ("global", "param", "const") or space is None and not (addrs >= GENERIC_SHARED).any():
         return w.machine.global_space, addrs
     if space is None and (addrs >= GENERIC_SHARED).all() and (addrs < GENERIC_SHARED + (1 << 32)).all():
-        return w.cta.cluster.shared, addrs - np.uint64(GENERIC_SHARED)
+        return w.cta.cluster.shared, w.cta.resolve(addrs - np.uint64(GENERIC_SHARED))
     if space is None:
         raise UnsupportedError("a generic access mixing shared and global addresses in one warp")
     raise UnsupportedError(f".{space} accesses are not modelled")
@@ -34,16 +34,19 @@ def access(w, op, space, addrs, size, mask, *, write=None):
     mem, addrs = spaces(w, space, addrs[lanes])
     if space == "shared::cta" or (space == "shared" and mem is w.cta.cluster.shared):
         w.cta.check_own_window(w, addrs, size)
+
     def describe(text, i=None):
         return w.describe(text, None if i is None else int(lanes[i]))
     checker = w.machine.checker
-    if checker is not None:
-        checker.access(w, op, mem, addrs, size, lanes, write is not None)
     if write is None:
-        return lanes, mem.load(addrs, size, describe, check_uninit=w.machine.check_uninit)
-    w.machine.epoch += 1
-    mem.store(addrs, write[lanes], describe)
-    return lanes, None
+        data = mem.load(addrs, size, describe, check_uninit=w.machine.check_uninit)
+    else:
+        w.machine.epoch += 1
+        mem.store(addrs, write[lanes], describe)
+        data = None
+    if checker is not None:            # after the access, which checked the addresses
+        checker.access(w, op, mem, addrs, size, lanes, write is not None)
+    return lanes, data
 
 
 def _to_bytes(values: list[np.ndarray]) -> np.ndarray:
@@ -105,21 +108,12 @@ def _atomic_fn(name: str, ty):
     return fns[name]
 
 
-def atomic(op, prog):
-    """``atom`` (old value into d) and ``red`` (no result): lanes apply in lane order."""
-    ty = op.type(0)
-    is_atom = op.key == "atom"
-    first = 1 if is_atom else 0
-    addr = address(op.operands[first])
-    b = reader(op.operands[first + 1], ty)
-    c = reader(op.operands[first + 2], ty) if op.mods["op"] == "cas" else None
-    write = writer(op.operands[0], ty) if is_atom else None
-    fn = _atomic_fn(op.mods["op"], ty)
-    dt, size, space = np_dtype(ty), ty.bytes, op.mods.get("space")
+def atomic_update(name: str, ty):
+    """``update(w, op, space, addrs, b, c, mask)`` -> old values: one read-modify-write per lane of
+    ``mask``, in lane order (``atom``, ``red`` and each copy of a ``multimem.red``)."""
+    fn, dt, size = _atomic_fn(name, ty), np_dtype(ty), ty.bytes
 
-    def run(w, mask):
-        addrs, bv = addr(w), b(w)
-        cv = c(w) if c is not None else bv
+    def update(w, op, space, addrs, bv, cv, mask):
         old_all = np.zeros(LANES, dt)
         with np.errstate(over="ignore"):
             for lane in np.nonzero(mask)[0]:
@@ -130,8 +124,26 @@ def atomic(op, prog):
                 new = np.array([fn(old, bv[lane], cv[lane])], dt)
                 access(w, op, space, addrs, size, one, write=np.repeat(new.view(np.uint8)[None], LANES, 0))
                 old_all[lane] = old
+        return old_all
+    return update
+
+
+def atomic(op, prog):
+    """``atom`` (old value into d) and ``red`` (no result)."""
+    ty = op.type(0)
+    is_atom = op.key == "atom"
+    first = 1 if is_atom else 0
+    addr = address(op.operands[first])
+    b = reader(op.operands[first + 1], ty)
+    c = reader(op.operands[first + 2], ty) if op.mods["op"] == "cas" else None
+    write = writer(op.operands[0], ty) if is_atom else None
+    update, space = atomic_update(op.mods["op"], ty), op.mods.get("space")
+
+    def run(w, mask):
+        bv = b(w)
+        old = update(w, op, space, addr(w), bv, c(w) if c is not None else bv, mask)
         if write is not None:
-            write(w, old_all, mask)
+            write(w, old, mask)
     return run
 
 

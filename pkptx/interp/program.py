@@ -6,9 +6,9 @@ from .errors import UnsupportedError
 
 
 def _tables() -> dict:
-    from . import ops_arith, ops_control, ops_data, ops_memory, ops_sync
+    from . import multimem, ops_arith, ops_async, ops_control, ops_data, ops_memory, ops_mma, ops_sync
     table = {}
-    for module in (ops_arith, ops_control, ops_data, ops_memory, ops_sync):
+    for module in (multimem, ops_arith, ops_async, ops_control, ops_data, ops_memory, ops_mma, ops_sync):
         table.update(module.TABLE)
     return table
 

@@ -43,16 +43,27 @@ def _mbarrier(note) -> str:
 
 
 def describe(w) -> str:
-    who = f"rank {w.launch.rank} block {w.cta.ctaid} warp {w.index}"
+    """What the warp waits for (without saying which warp it is)."""
     if w.wait is not None:
-        return f"{who}: {w.wait.note()} ({w.prog[w.current_pc()].origin})"
+        return f"{w.wait.note()} ({w.prog[w.current_pc()].origin})"
     note = w.poll_note
     if note is None:
-        return f"{who}: at {w.prog[w.current_pc()].text} ({w.prog[w.current_pc()].origin})"
-    return f"{who}: " + (_flag(w, note) if note[0] == "flag" else _mbarrier(note))
+        return f"at {w.prog[w.current_pc()].text} ({w.prog[w.current_pc()].origin})"
+    return _flag(w, note) if note[0] == "flag" else _mbarrier(note)
 
 
 def waiting(machine, warps) -> str:
-    lines = [describe(w) for w in warps if not w.finished]
+    """One line per rank, block and wait: warps of a block waiting alike share a line."""
+    groups: dict[tuple, list] = {}
+    for w in warps:
+        if not w.finished:
+            groups.setdefault((w.launch.rank, w.cta.ctaid, describe(w)), []).append(w.index)
+    lines = [f"rank {rank} block {block} warp{'s' if len(ids) > 1 else ''} {_span(ids)}: {what}"
+             for (rank, block, what), ids in groups.items()]
     return "no warp can make progress:\n  " + "\n  ".join(lines[:24]) + \
         (f"\n  ... and {len(lines) - 24} more" if len(lines) > 24 else "")
+
+
+def _span(ids: list) -> str:
+    return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) \
+        else ",".join(map(str, ids))

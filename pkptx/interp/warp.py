@@ -35,22 +35,26 @@ class Warp:
         self.prog = self.launch.program.ops
         self.regs = RegFile(self.launch.program.registers)
         self.live = threads >= 0
+        self.exited = False                   # every lane has exited
         self.tids = threads                   # linear thread index per lane (-1: no thread)
         self.pc0, self.pc, self.diverged = 0, np.zeros(LANES, np.int64), False
         self.active = self.live
         self.wait = None                      # a Wait while blocked
+        self.cluster_generation = None        # the barrier.cluster phase this warp arrived in
         self.wait_active = None
         self.last_poll = None                 # (pc, epoch) of the previous poll
         self.spinning = None                  # the epoch at which the warp found itself spinning
         self.poll_note = None                 # what it polls (for deadlock reports)
         self.bulk_groups: dict[int, list] = {}    # lane -> [open group, committed groups...]
-        self.wgmma = []
+        self.wgmma = [{}]                      # wgmma groups' pending results; the last is open
         self._specials = {}
+        if self.machine.checker is not None:
+            self.machine.checker.new_warp(self)
 
     # ------------------------------------------------------------------ state used by the ops
     @property
     def finished(self) -> bool:
-        return not self.live.any()
+        return self.exited
 
     def special(self, name: str) -> np.ndarray:
         if name in ("%globaltimer", "%clock64", "%clock"):
@@ -110,8 +114,9 @@ class Warp:
     def kill(self, lanes: np.ndarray) -> None:
         """``exit``/``ret``: these lanes are done."""
         self.live = self.live & ~lanes
+        self.exited = not self.live.any()
         self.cta.threads_exited(int(lanes.sum()))
-        if self.diverged and self.live.any():
+        if self.diverged and not self.exited:
             self._reconverge()
 
     def advance(self, active) -> None:
@@ -143,6 +148,7 @@ class Warp:
         """Execute up to ``budget`` ops; stop early when blocked, spinning or finished. Returns the
         number executed."""
         prog, regs, machine = self.prog, self.regs, self.machine
+        end = len(prog)
         done = 0
         self.spinning = None
         while done < budget:
@@ -152,12 +158,11 @@ class Warp:
                 active = live & (self.pc == pc)
             else:
                 pc, active = self.pc0, self.live
-            if pc >= len(prog):
+            if pc >= end:
                 raise InterpError("ran past the last instruction (a missing ret or exit)",
                                   f"rank {self.launch.rank} block {self.cta.ctaid} warp {self.index}")
             op = prog[pc]
-            self.active = active
-            mask = active
+            self.active = mask = active
             if op.guard is not None:
                 g = regs[op.guard[0]]
                 mask = active & ~g if op.guard[1] else active & g
@@ -165,12 +170,16 @@ class Warp:
             machine.steps += 1
             result = op.run(self, mask) if (mask is active or mask.any()) else None
             if result is None:
-                self.advance(active)
+                if self.diverged:
+                    self.pc = np.where(active, self.pc + 1, self.pc)
+                    self._reconverge()
+                else:
+                    self.pc0 += 1
             elif result is not CONTROL:
                 self.wait, self.wait_active = result, active
                 break
-            if self.diverged:
+            elif self.diverged:
                 self._reconverge()
-            if self.spinning is not None or not self.live.any():
+            if self.spinning is not None or self.exited:
                 break
         return done

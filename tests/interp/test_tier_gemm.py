@@ -1,0 +1,123 @@
+"""CI tier under the interpreter: the TMA/wgmma GEMM on a 128 x 256 x 64 problem (both B layouts, bf16
+and f32 output) and each fused GEMM + communication kernel on its smallest legal shape at world sizes
+1 to 3 (64-row tiles, one tile per rank), against the kernels' numpy references
+(the GEMM elementwise, the fused kernels by the fused GPU tests' normwise rule)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+
+from pkptx.templates.kernels import ag_gemm, gemm, gemm_ar, gemm_rs
+
+from .harness import DTYPES, Ranks, assert_close, assert_rel, inputs
+
+SMALL = gemm.Config(tile_m=64, tile_n=64, stages=2)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(build, cfg):
+    return build(cfg)
+
+
+def _threads(cfg: gemm.Config) -> int:
+    return 128 * (1 + cfg.consumers)
+
+
+def _operands(seed: int, w: int, m: int, n: int, k: int, layout: str):
+    a = inputs(seed, w, (m, k), "bf16")
+    b = inputs(seed + 1, w, (n, k) if layout == "nk" else (k, n), "bf16")
+    return a, b
+
+
+@pytest.mark.parametrize("layout, out_dtype", [("nk", "bf16"), ("kn", "bf16"), ("nk", "f32")])
+def test_gemm_128x256x64(layout, out_dtype):
+    m, n, k = 128, 256, 64
+    cfg = gemm.Config(out_dtype=out_dtype, b_layout=layout, tile_n=256, stages=2)
+    ranks = Ranks(1, seed=3)
+    (a,), (b,) = _operands(5, 1, m, n, k, layout)
+    mach = ranks.world.machine
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 4, name="c")
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=1, smem=cfg.smem_bytes, num_comm_sms=0,
+                 tmap_c=ranks.tensor_map(c_dev.base, DTYPES[out_dtype], (m, n), cfg.c_box), **values)
+    ranks.run()
+    got = c_dev.read(DTYPES[out_dtype], (m, n))
+    assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
+
+
+@pytest.mark.parametrize("w", (1, 2, 3))
+def test_gemm_rs_smallest(w):
+    cfg = gemm_rs.Config(dataclasses.replace(SMALL, out_dtype="f32"))
+    m, n, k = 64 * w, 64, 64
+    ranks = Ranks(w, seed=w)
+    a, b = _operands(w, w, m, n, k, "nk")
+    out = ranks.symmetric((m // w, n), np.float32, "out", fill=0)
+    mach = ranks.world.machine
+    for r in range(w):
+        a_dev = mach.from_numpy(a[r], name="a", rank=r)
+        maps = b"".join(ranks.tensor_map(out.ptr(p), np.float32, out.shape, cfg.gemm.c_box) for p in range(w))
+        c_maps = mach.from_numpy(np.frombuffer(maps, np.uint8), name="c_tmaps", rank=r)
+        ranks.launch(r, kernel(gemm_rs.build, cfg), _threads(cfg.gemm), layouts={}, smem=cfg.gemm.smem_bytes,
+                     num_comm_sms=0, rows_per_rank=m // w, c_tmaps=c_maps.base,
+                     **ranks.gemm_values(cfg.gemm, a_dev.base, b[r], r, m, n, k))
+    ranks.run()
+    refs = gemm_rs.reference(a, b, w)
+    for r in range(w):
+        assert_rel(out.read(r), refs[r], f"rank {r}")
+
+
+def run_ag_gemm(w: int, tiles_per_rank: int = 1, build=ag_gemm.build):
+    """AG+GEMM with 64-row tiles, ``tiles_per_rank`` row blocks per rank; returns (shards, B per rank,
+    C per rank)."""
+    cfg = ag_gemm.Config(SMALL)
+    rows = SMALL.tile_m * tiles_per_rank
+    m, n, k = rows * w, 64, 64
+    ranks = Ranks(w, seed=w + 10)
+    shards = inputs(w + 20, w, (rows, k), "bf16")
+    _, b = _operands(w + 30, w, m, n, k, "nk")
+    a_sym = ranks.symmetric((m, k), DTYPES["bf16"], "a")
+    ready = ranks.symmetric((-(-m // SMALL.tile_m),), np.uint32, "ready", fill=0)
+    mach = ranks.world.machine
+    outs = []
+    for r in range(w):
+        a_sym.allocs[r].write(shards[r], offset=r * rows * k * 2)
+        out = mach.alloc(m * n * 2, name="c", rank=r)
+        outs.append(out)
+        ranks.launch(r, kernel(build, cfg), _threads(SMALL), layouts=dict(a=a_sym, ready=ready), grid=3,
+                     smem=SMALL.smem_bytes, num_comm_sms=1, rows_per_rank=rows, row_bytes=k * 2, epoch=1,
+                     tmap_c=ranks.tensor_map(out.base, DTYPES["bf16"], (m, n), SMALL.c_box),
+                     **ranks.gemm_values(SMALL, a_sym.ptr(r), b[r], r, m, n, k))
+    ranks.run()
+    return shards, b, [out.read(DTYPES["bf16"], (m, n)) for out in outs]
+
+
+@pytest.mark.parametrize("w, tiles", [(1, 1), (2, 1), (3, 1), (2, 2)])
+def test_ag_gemm_smallest(w, tiles):
+    shards, b, outs = run_ag_gemm(w, tiles)
+    for r in range(w):
+        assert_rel(outs[r], ag_gemm.reference(shards, b[r]), f"rank {r}")
+
+
+@pytest.mark.parametrize("w", (1, 2, 3))
+@pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
+def test_gemm_ar_smallest(w, mc):
+    cfg = gemm_ar.Config(SMALL, multicast=mc)
+    m, n, k = 64, 64, 64
+    ranks = Ranks(w, seed=w + 40, multicast=mc)
+    a, b = _operands(w + 50, w, m, n, k, "nk")
+    out = ranks.symmetric((m, n), DTYPES["bf16"], "c")
+    done = ranks.symmetric((1,), np.uint32, "done", fill=0)
+    mach = ranks.world.machine
+    for r in range(w):
+        a_dev = mach.from_numpy(a[r], name="a", rank=r)
+        ranks.launch(r, kernel(gemm_ar.build, cfg), _threads(SMALL), layouts=dict(c=out, done=done), grid=2,
+                     smem=SMALL.smem_bytes, num_comm_sms=1, m=m, n=n, epoch=1,
+                     tmap_c=ranks.tensor_map(out.ptr(r), DTYPES["bf16"], (m, n), SMALL.c_box),
+                     **ranks.gemm_values(SMALL, a_dev.base, b[r], r, m, n, k))
+    ranks.run()
+    ref = gemm_ar.reference(a, b)
+    for r in range(w):
+        assert_rel(out.read(r), ref, f"rank {r}")
