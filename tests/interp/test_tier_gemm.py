@@ -15,6 +15,7 @@ from pkptx.templates.kernels import ag_gemm, gemm, gemm_ar, gemm_rs
 from .harness import DTYPES, Ranks, assert_close, assert_rel, inputs
 
 SMALL = gemm.Config(tile_m=64, tile_n=64, stages=2)
+AR_TILE = gemm.Config(tile_m=128, tile_n=128, stages=2)    # gemm_ar reduces a tile in whole 256 x 8-vector steps
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,8 +105,8 @@ def test_ag_gemm_smallest(w, tiles):
 @pytest.mark.parametrize("w", (1, 2, 3))
 @pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
 def test_gemm_ar_smallest(w, mc):
-    cfg = gemm_ar.Config(SMALL, multicast=mc)
-    m, n, k = 64, 64, 64
+    cfg = gemm_ar.Config(AR_TILE, multicast=mc)
+    m, n, k = 128, 128, 64
     ranks = Ranks(w, seed=w + 40, multicast=mc)
     a, b = _operands(w + 50, w, m, n, k, "nk")
     out = ranks.symmetric((m, n), DTYPES["bf16"], "c")
@@ -113,10 +114,10 @@ def test_gemm_ar_smallest(w, mc):
     mach = ranks.world.machine
     for r in range(w):
         a_dev = mach.from_numpy(a[r], name="a", rank=r)
-        ranks.launch(r, kernel(gemm_ar.build, cfg), _threads(SMALL), layouts=dict(c=out, done=done), grid=2,
-                     smem=SMALL.smem_bytes, num_comm_sms=1, m=m, n=n, epoch=1,
-                     tmap_c=ranks.tensor_map(out.ptr(r), DTYPES["bf16"], (m, n), SMALL.c_box),
-                     **ranks.gemm_values(SMALL, a_dev.base, b[r], r, m, n, k))
+        ranks.launch(r, kernel(gemm_ar.build, cfg), _threads(AR_TILE), layouts=dict(c=out, done=done), grid=2,
+                     smem=AR_TILE.smem_bytes, num_comm_sms=1, m=m, n=n, epoch=1,
+                     tmap_c=ranks.tensor_map(out.ptr(r), DTYPES["bf16"], (m, n), AR_TILE.c_box),
+                     **ranks.gemm_values(AR_TILE, a_dev.base, b[r], r, m, n, k))
     ranks.run()
     ref = gemm_ar.reference(a, b)
     for r in range(w):
