@@ -1,0 +1,134 @@
+"""MoE kernels on the CPU: every kernel builds and assembles, host checks refuse bad input before any GPU
+work, the grouped GEMM's tile walk (run on the PTX interpreter) covers exactly the groups' rows, and the
+numpy model of the routing layout (counts, prefix sums, slots) holds for random routings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pkptx.isa import Param, address, u32, u64
+from pkptx.ops.moe import MoeArgumentError, check_grouped, max_groups_for
+from pkptx.templates.kernels import grouped_gemm
+from pkptx.templates.lcsc import Buffer, Template
+from pkptx.toolchain import assemble
+
+KERNELS = [k for k in grouped_gemm.catalog()]
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=[k.name for k in KERNELS])
+def test_moe_kernels_assemble_without_spills_or_serialised_wgmma(kernel):
+    cubin = assemble(kernel.render(), kernel.target, use_cache=False)
+    assert cubin.resources.spills == 0, (kernel.name, cubin.resources)
+    assert "C7518" not in cubin.log and "serialized" not in cubin.log
+
+
+def test_same_config_same_ptx():
+    cfg = grouped_gemm.Config()
+    assert grouped_gemm.build(cfg).render() == grouped_gemm.build(cfg).render()
+
+
+# ---------------------------------------------------------------------------------------- host checks
+GOOD = dict(x_shape=(100, 64), x_dtype="bfloat16", w_shape=(3, 32, 64), w_dtype="bfloat16", offsets_shape=(3,),
+            offsets_dtype="int32")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(w_shape=(3, 32, 48)), "K = 48"),
+    (dict(x_shape=(100, 40), w_shape=(3, 32, 40)), "multiple of 16"),
+    (dict(w_shape=(3, 24, 64)), "N = 24"),
+    (dict(x_shape=(100, 64, 1)), "2-D"),
+    (dict(w_shape=(32, 64)), "3-D"),
+    (dict(offsets_shape=(4,)), r"offsets must have shape \(3,\)"),
+    (dict(offsets_dtype="int64"), "int32"),
+    (dict(w_dtype="float16"), "both be bfloat16"),
+])
+def test_grouped_gemm_refuses_bad_shapes(change, message):
+    with pytest.raises(MoeArgumentError, match=message):
+        check_grouped(**{**GOOD, **change})
+
+
+def test_grouped_gemm_kn_layout_and_out():
+    assert check_grouped(**{**GOOD, "w_shape": (3, 64, 32)}, w_layout="kn") == (100, 32, 64, 3)
+    with pytest.raises(MoeArgumentError, match="out must be 100 x 32"):
+        check_grouped(**GOOD, out_shape=(100, 64))
+    with pytest.raises(MoeArgumentError, match="w_layout"):
+        check_grouped(**GOOD, w_layout="tn")
+
+
+def test_group_table_sizes():
+    assert [max_groups_for(g) for g in (1, 16, 17, 256, 257)] == [16, 16, 32, 256, 512]
+    with pytest.raises(Exception, match="max_groups"):
+        grouped_gemm.Config(max_groups=24)
+
+
+# ------------------------------------------------------------------ the grouped tile walk, interpreted
+WALK_PARAMS = (Param("offsets", u64, pointer=True), Param("groups", u32), Param("rows", u32),
+               Param("tiles_m", u32), Param("tiles_n", u32), Param("result", u64, pointer=True))
+
+
+def walk_kernel(cfg: grouped_gemm.Config):
+    """A communicator-only kernel that runs the grouped GEMM's prologue table and tile locator for
+    every task and records (tile row, tile column, group, first row, group end) per task."""
+    t = Template("grouped_walk", params=WALK_PARAMS, buffers=(Buffer("group_tiles", cfg.table_bytes, 16),),
+                 comm_threads=64, progress=False)
+
+    def comm_tasks(ctx):
+        b = ctx.b
+        grouped_gemm.group_table(ctx, cfg)
+        return b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo")
+
+    def communicator(ctx, task):
+        b = ctx.b
+        tm, tn = grouped_gemm.locate_tile(ctx, cfg, task)
+        with b.if_then(b.setp("eq", u32, ctx.role_tid, 0)):
+            at = b.mad(u64, b.cvt(u64, u32, task), 20, ctx.param("result"), mode="lo")
+            for i, v in enumerate((tm, tn, ctx.param("group"), ctx.param("row0"), ctx.param("row_end"))):
+                b.st(u32, address(at, 4 * i), v, space="global")
+
+    return t.build(comm_tasks=comm_tasks, communicator=communicator)
+
+
+def expected_tiles(sizes, tile_m=128):
+    """(group, first row, group end) of every tile row, in order."""
+    out, start = [], 0
+    for g, size in enumerate(sizes):
+        for j in range(-(-size // tile_m)):
+            out.append((g, start + tile_m * j, start + size))
+        start += size
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 1, 5, 127, 128, 129, 200, 256, 300]), min_size=1, max_size=40),
+       tiles_n=st.integers(1, 3))
+@example(sizes=[0, 0, 0], tiles_n=1)
+@example(sizes=[0] * 33 + [130], tiles_n=2)
+@example(sizes=[1000], tiles_n=1)
+def test_tile_walk_covers_every_group_row_once(sizes, tiles_n):
+    cfg = grouped_gemm.Config(max_groups=max_groups_for(len(sizes)))
+    kernel = walk_kernel(cfg)
+    offsets = np.cumsum(sizes).astype(np.int32)
+    rows = int(offsets[-1])
+    want = expected_tiles(sizes)
+    bound = -(-rows // 128) + len(sizes)
+    result = np.full((max(1, bound * tiles_n), 5), 0xFFFFFFFF, dtype=np.uint32)
+    status = np.zeros(8, dtype=np.uint32)
+    kernel.interpret(2, 64, offsets, len(sizes), rows, bound, tiles_n, result, 0, 1, status, 10**9, 2)
+    got = result[:len(want) * tiles_n]
+    assert (result[len(want) * tiles_n:] == 0xFFFFFFFF).all(), "tasks past the table's total ran"
+    seen = sorted((int(r[0]), int(r[1])) for r in got)
+    assert seen == [(m, n) for m in range(len(want)) for n in range(tiles_n)]
+    for tm, tn, g, row0, end in got:
+        assert (g, row0, end) == want[tm]
+
+
+def test_tile_walk_clamps_offsets_past_the_rows():
+    cfg = grouped_gemm.Config(max_groups=16)
+    kernel = walk_kernel(cfg)
+    offsets = np.array([100, 50, 400], dtype=np.int32)     # decreasing (group 1 empty), and past the 300 rows
+    result = np.full((8, 5), 0xFFFFFFFF, dtype=np.uint32)
+    kernel.interpret(1, 64, offsets, 3, 300, 6, 1, result, 0, 1, np.zeros(8, np.uint32), 10**9, 1)
+    assert [tuple(r[2:]) for r in result[:3]] == [(0, 0, 100), (2, 50, 300), (2, 178, 300)]
+    assert (result[3:] == 0xFFFFFFFF).all()
