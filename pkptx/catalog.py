@@ -17,6 +17,7 @@ KERNEL_MODULES = (
     "pkptx.templates.kernels.ag_gemm",
     "pkptx.templates.kernels.gemm_ar",
     "pkptx.templates.kernels.grouped_gemm",
+    "pkptx.templates.kernels.moe_dispatch",
     "pkptx.templates.kernels.attention",
     "pkptx.templates.kernels.attention_merge",
 )

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from pkptx.isa import Param, address, u32, u64
 from pkptx.ops.moe import MoeArgumentError, check_grouped, max_groups_for
 from pkptx.templates.kernels import grouped_gemm
+from pkptx.templates.kernels import moe_dispatch as moe_dispatch_kernels
 from pkptx.templates.lcsc import Buffer, Template
 from pkptx.toolchain import assemble
 
-KERNELS = [k for k in grouped_gemm.catalog()]
+KERNELS = [*grouped_gemm.catalog(), *moe_dispatch_kernels.catalog()]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=[k.name for k in KERNELS])
@@ -132,3 +133,103 @@ def test_tile_walk_clamps_offsets_past_the_rows():
     kernel.interpret(1, 64, offsets, 3, 300, 6, 1, result, 0, 1, np.zeros(8, np.uint32), 10**9, 1)
     assert [tuple(r[2:]) for r in result[:3]] == [(0, 0, 100), (2, 50, 300), (2, 178, 300)]
     assert (result[3:] == 0xFFFFFFFF).all()
+
+
+# ------------------------------------------------------------------------------- the routing layout
+from pkptx.templates.kernels import moe_dispatch  # noqa: E402
+
+
+@st.composite
+def routings(draw, max_world=4):
+    """(ids per rank, number of experts): random top-k routings, and the corner cases by name."""
+    world = draw(st.integers(1, max_world))
+    local = draw(st.integers(1, 4))
+    experts = world * local
+    tokens = draw(st.integers(1, 12))
+    topk = draw(st.integers(1, min(experts, 3)))
+    kind = draw(st.sampled_from(["random", "one_expert", "twice_to_one_rank", "empty_experts", "invalid"]))
+    ids = []
+    for _ in range(world):
+        rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+        if kind == "one_expert":
+            i = np.zeros((tokens, topk), dtype=np.int32)
+        elif kind == "twice_to_one_rank" and local >= 2:
+            i = np.stack([rng.permutation(local)[:min(topk, local)] for _ in range(tokens)]).astype(np.int32)
+        elif kind == "empty_experts":
+            i = rng.integers(0, max(1, experts // 2), size=(tokens, topk)).astype(np.int32)
+        else:
+            i = np.stack([rng.permutation(experts)[:topk] for _ in range(tokens)]).astype(np.int32)
+            if kind == "invalid":
+                i[0, 0] = experts + 3
+        ids.append(i)
+    return ids, experts
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=routings(max_world=8))
+def test_layout_model_groups_rows_by_expert_then_source(case):
+    ids, experts = case
+    lay = moe_dispatch.layout(ids, experts)
+    world, local = lay.world, lay.local
+    for d in range(world):
+        owned = np.arange(d * local, (d + 1) * local)
+        ends = lay.offsets[d]
+        assert ends[-1] == lay.counts[:, owned].sum()
+        starts = np.concatenate([[0], ends[:-1]])
+        assert np.array_equal(ends - starts, lay.counts[:, owned].sum(axis=0))
+    slots = [moe_dispatch.stable_slots(i, s, lay) for s, i in enumerate(ids)]
+    for d in range(world):                  # every row of every rank's buffer is hit exactly once
+        got = np.concatenate([sl[(i // local == d) & (i >= 0) & (i < experts)] for i, sl in zip(ids, slots)])
+        assert np.array_equal(np.sort(got), np.arange(lay.offsets[d, -1]))
+    for s, (i, sl) in enumerate(zip(ids, slots)):
+        assert moe_dispatch.check_slots(i, sl, s, lay) == []
+        for (t, kk), e in np.ndenumerate(i):
+            if 0 <= e < experts:
+                d, l = divmod(int(e), local)
+                first = lay.offsets[d, l - 1] if l else 0
+                assert first <= sl[t, kk] < lay.offsets[d, l]            # inside its expert's rows
+                assert sl[t, kk] >= first + lay.counts[:s, e].sum()     # after lower ranks' rows
+            else:
+                assert sl[t, kk] == -1
+
+
+def route_args(kernel, values):
+    return [values[p.name] for p in kernel.params]
+
+
+@settings(max_examples=8, deadline=None)
+@given(case=routings(max_world=3), seed=st.integers(0, 2**16))
+@example(case=([np.zeros((3, 2), np.int32), np.zeros((3, 2), np.int32)], 2), seed=0)
+def test_route_kernel_matches_the_layout_model(case, seed):
+    """The route kernel of every rank, run together on the PTX interpreter (count exchange, ready
+    flags, slots), against the numpy layout model."""
+    from pkptx.interp import Machine
+    ids, experts = case
+    world, blocks = len(ids), 3
+    kernel = moe_dispatch.build_route(moe_dispatch.Config(max_experts=16))
+    m = Machine(seed=seed)
+    shared = {}
+    for name, nbytes in (("counts", 4 * world * experts), ("ready", 4), ("arrivals", 4 * blocks)):
+        allocs = [m.alloc(nbytes, name=name, rank=r, fill=0xFF if name == "arrivals" else 0) for r in range(world)]
+        tables = [m.from_numpy(np.array([a.base for a in allocs], np.uint64), name=f"{name}_peers", rank=r)
+                  for r in range(world)]
+        shared[name] = (allocs, tables)
+    outs = []
+    for r in range(world):
+        slots = m.alloc(4 * ids[r].size, name="slots", rank=r, fill=0xEE)
+        offsets = m.alloc(4 * (experts // world), name="recv_offsets", rank=r, fill=0xEE)
+        status = m.alloc(32, name="status", rank=r, fill=0)
+        values = dict(ids=m.from_numpy(ids[r], rank=r), pairs=ids[r].size, experts=experts, local=experts // world,
+                      slots=slots, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world, status=status,
+                      timeout_ns=10**12, num_comm_sms=1)
+        for name, (_, tables) in shared.items():
+            values.update({f"{name}_peers": tables[r], f"{name}_mc": 0})
+        m.launch(kernel, 1, moe_dispatch.ROUTE_THREADS, *route_args(kernel, values), rank=r)
+        outs.append((slots, offsets, status))
+    m.run()
+    lay = moe_dispatch.layout(ids, experts)
+    for r, (slots, offsets, status) in enumerate(outs):
+        assert status.read(np.uint32)[0] == 0
+        assert np.array_equal(offsets.read(np.int32), lay.offsets[r])
+        assert moe_dispatch.check_slots(ids[r], slots.read(np.int32, ids[r].shape), r, lay) == []
+        assert (shared["arrivals"][0][r].read(np.uint32) == 0).all(), "arrival counters not reset"
