@@ -18,6 +18,8 @@ KERNEL_MODULES = (
     "pkptx.templates.kernels.gemm_ar",
     "pkptx.templates.kernels.grouped_gemm",
     "pkptx.templates.kernels.moe_dispatch",
+    "pkptx.templates.kernels.moe_dispatch_gemm",
+    "pkptx.templates.kernels.moe_combine",
     "pkptx.templates.kernels.attention",
     "pkptx.templates.kernels.attention_merge",
 )

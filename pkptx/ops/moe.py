@@ -7,15 +7,23 @@ routing counts and slots stay on the device.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..launch import Device, as_dtype, empty
 from ..launch.array import DeviceArray
+from ..launch.flags import FlagArray
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.symmetric import SymmetricBuffer, SymmetricHeap
 from ..launch.tensormap import TensorMap
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import grouped_gemm as grouped_kernel
+from ..templates.kernels import moe_combine as combine_kernel
+from ..templates.kernels import moe_dispatch as dispatch_kernel
+from ..templates.kernels import moe_dispatch_gemm as fused_kernel
+from . import collectives
 from .common import ArgumentError, dtype_name, load, ordered_args
 from .gemm import _as_array, _tensor_map, choose_config
 
@@ -130,4 +138,208 @@ def grouped_gemm(x, w, offsets, *, out=None, w_layout: str = "nk", stream=None,
     return out
 
 
-__all__ = ["grouped_gemm", "check_grouped", "plan_grouped", "MoeArgumentError"]
+
+
+# ------------------------------------------------------------------------------------ expert parallelism
+_MASK32 = (1 << 32) - 1
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Shapes of one rank's side of a dispatch (the same on every rank)."""
+    tokens: int
+    topk: int
+    hidden: int
+    num_experts: int
+    world: int
+    dtype: np.dtype
+
+    @property
+    def local(self) -> int:
+        return self.num_experts // self.world
+
+    @property
+    def capacity(self) -> int:
+        """Rows a rank can receive: every pair of every rank (all tokens to one rank's experts)."""
+        return self.world * self.tokens * self.topk
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.capacity // dispatch_kernel.BLOCK_ROWS)
+
+
+def check_routing(x_shape, x_dtype, ids_shape, ids_dtype, weights_shape, weights_dtype, world_size: int,
+                  num_experts) -> Routing:
+    """The dispatch's shapes after checking every rule; no GPU needed."""
+    fn = "moe_dispatch"
+    _need(isinstance(num_experts, int) and not isinstance(num_experts, bool) and num_experts >= 1,
+          f"{fn}: num_experts must be a positive int, got {num_experts!r}")
+    _need(num_experts % world_size == 0, f"{fn}: num_experts = {num_experts} must split evenly over the world "
+          f"size {world_size} (experts per rank = num_experts / world)")
+    _need(num_experts <= dispatch_kernel.Config().max_experts,
+          f"{fn}: num_experts = {num_experts} is over the {dispatch_kernel.Config().max_experts} the route kernel holds")
+    _need(len(x_shape) == 2 and x_shape[0] >= 1, f"{fn}: x must be 2-D (tokens x hidden) with a token, got "
+          f"shape {tuple(x_shape)}")
+    t, h = x_shape
+    _need(dtype_name(x_dtype) in ("bf16", "f16"), f"{fn}: x must be bfloat16 or float16, got {x_dtype}")
+    _need(h % 16 == 0 and h > 0, f"{fn}: hidden = {h} must be a positive multiple of 16")
+    _need(len(ids_shape) == 2 and ids_shape[0] == t and ids_shape[1] >= 1,
+          f"{fn}: topk_ids must be ({t}, k) for the {t} tokens of x, got {tuple(ids_shape)}")
+    _need(np.dtype(ids_dtype) == np.int32, f"{fn}: topk_ids must be int32, got {ids_dtype}")
+    _need(tuple(weights_shape) == tuple(ids_shape), f"{fn}: topk_weights must have topk_ids' shape "
+          f"{tuple(ids_shape)}, got {tuple(weights_shape)}")
+    _need(np.dtype(weights_dtype) == np.float32, f"{fn}: topk_weights must be float32, got {weights_dtype}")
+    routing = Routing(t, ids_shape[1], h, num_experts, world_size, np.dtype(x_dtype))
+    _need(routing.capacity < 2**31, f"{fn}: {routing.capacity} receive rows must fit in int32 slots")
+    return routing
+
+
+class _MoeState:
+    """Per heap and routing shape: the symmetric buffers (receive rows, count matrix, arrival counters,
+    ready flag) and the per-rank outputs of route (slots, receive layout)."""
+
+    def __init__(self, heap: SymmetricHeap, r: Routing):
+        self.recv = heap.alloc((r.capacity, r.hidden), r.dtype)
+        self.counts = heap.alloc((r.world, r.num_experts), np.uint32)
+        self.arrivals = heap.alloc((r.blocks,), np.uint32)
+        self.ready = FlagArray(heap, 1)
+        self.slots = empty((r.tokens, r.topk), np.int32)
+        self.offsets = empty((r.local,), np.int32)
+
+
+_moe_states: dict = {}
+
+
+def _moe_state(heap: SymmetricHeap, r: Routing) -> _MoeState:
+    key = (id(heap), r)
+    if key not in _moe_states:
+        _moe_states[key] = _MoeState(heap, r)
+        heap.world.on_close(lambda: _moe_states.pop(key, None))
+    return _moe_states[key]
+
+
+@dataclass
+class Dispatch:
+    """What a dispatch leaves on this rank. ``recv`` (capacity x hidden): rows grouped by local expert,
+    ``offsets`` (int32, local experts): each expert's end row there (``grouped_gemm``'s offsets);
+    ``slots`` (int32, tokens x k): where each pair landed on its expert's owner (-1: dropped); the
+    routing it came from. Lives until the next dispatch of the same shapes on the same heap."""
+    recv: DeviceArray
+    offsets: DeviceArray
+    slots: DeviceArray
+    topk_ids: DeviceArray
+    topk_weights: DeviceArray
+    routing: Routing
+    heap: SymmetricHeap
+
+
+def _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns) -> tuple[Dispatch, _MoeState]:
+    """Check the arguments, then launch route: counts, exchange, slots and the receive layout."""
+    _need(isinstance(heap, SymmetricHeap) and heap.world is world,
+          "moe_dispatch: heap must be a SymmetricHeap of the world passed")
+    x, ids, weights = _as_array(x, "x"), _as_array(topk_ids, "topk_ids"), _as_array(topk_weights, "topk_weights")
+    r = check_routing(x.shape, x.dtype, ids.shape, ids.dtype, weights.shape, weights.dtype, world.size, num_experts)
+    for name, arr in (("x", x), ("topk_ids", ids), ("topk_weights", weights)):
+        _need(arr.is_contiguous, f"moe_dispatch: {name} must be C-contiguous")
+    state = _moe_state(heap, r)
+    device = Device.current()
+    cfg = dispatch_kernel.Config()
+    kernel = load(dispatch_kernel.build_route, cfg, device)
+    layouts = collectives._state(state.recv)
+    values = dict(ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
+                  recv_offsets=state.offsets.ptr, blocks=r.blocks, epoch=state.ready.advance() & _MASK32,
+                  rank=world.rank, world=world.size, status=device_status(device).ptr, timeout_ns=timeout_ns,
+                  num_comm_sms=1, **layouts.layout_args("counts", state.counts),
+                  **layouts.layout_args("ready", state.ready.buffer), **layouts.layout_args("arrivals", state.arrivals))
+    kernel[1, dispatch_kernel.ROUTE_THREADS](*ordered_args(kernel, values), stream=stream)
+    return Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state
+
+
+def _push_values(d: Dispatch, x: DeviceArray, state: _MoeState) -> dict:
+    r, layouts = d.routing, collectives._state(state.recv)
+    return dict(x=x.ptr, tokens=r.tokens, topk=r.topk, row_bytes=r.hidden * r.dtype.itemsize, ids=d.topk_ids.ptr,
+                slots=d.slots.ptr, local=r.local, **layouts.layout_args("recv", state.recv),
+                **layouts.layout_args("arrivals", state.arrivals))
+
+
+def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: SymmetricHeap, stream=None,
+                 timeout_ns: int = DEFAULT_TIMEOUT_NS) -> Dispatch:
+    """Send each token's row (x: tokens x hidden, bf16/f16) to the ranks owning its ``topk_ids``
+    (int32, tokens x k; experts split evenly, rank d owns ``[d·E/W, (d+1)·E/W)``); rows arrive in
+    ``Dispatch.recv`` grouped by local expert. Two launches (route, push), no host sync; when the
+    stream reaches the end of the push, every rank's rows for this rank have arrived. Every rank passes
+    the same shapes."""
+    d, state = _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns)
+    cfg = dispatch_kernel.Config()
+    kernel = load(dispatch_kernel.build, cfg, Device.current())
+    work = -(-d.routing.tokens // cfg.warps)
+    collectives._state(state.recv).launch(kernel, 32 * cfg.warps, world.size, stream, timeout_ns,
+                                          smem=cfg.smem_bytes, work=work, rounds=1,
+                                          **_push_values(d, _as_array(x, "x"), state))
+    return d
+
+
+def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, heap: SymmetricHeap, out=None,
+                      w_layout: str = "nk", num_comm_sms: int = 16, stream=None,
+                      timeout_ns: int = DEFAULT_TIMEOUT_NS) -> tuple[Dispatch, DeviceArray]:
+    """:func:`moe_dispatch` fused with the first expert GEMM: ``out[rows of local expert l] =
+    recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
+    start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute.
+    Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were)."""
+    d, state = _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns)
+    r = d.routing
+    w = _as_array(w, "w")
+    out = _as_array(out, "out") if out is not None else None
+    out_dtype = out.dtype if out is not None else r.dtype
+    _, n, k, e = check_grouped(d.recv.shape, d.recv.dtype, w.shape, w.dtype, (w.shape[0],), d.offsets.dtype,
+                               out.shape if out is not None else None, out_dtype, w_layout=w_layout)
+    _need(w.is_contiguous, "moe_dispatch_gemm: w must be C-contiguous")
+    _need(e == r.local, f"moe_dispatch_gemm: w must hold this rank's {r.local} experts (num_experts / world), "
+          f"got {e}")
+    device = Device.current()
+    sms = context_sm_count(device)
+    _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < sms,
+          f"moe_dispatch_gemm: num_comm_sms must be in 1..{sms - 1} (this context's SMs less one), got "
+          f"{num_comm_sms!r}")
+    if out is None:
+        out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
+    grouped = plan_grouped(r.capacity, n, k, e, dtype_name(r.dtype), dtype_name(out_dtype), w_layout, sm_count=sms,
+                           smem_limit=device.smem_per_block_optin)
+    cfg = fused_kernel.Config(grouped)
+    kernel = load(fused_kernel.build, cfg, device)
+    values, _ = grouped_args(grouped, d.recv, w, d.offsets, out, r.capacity, n, k, e)
+    collectives._state(state.recv).launch(kernel, fused_kernel.THREADS, world.size, stream, timeout_ns,
+                                          smem=grouped.gemm.smem_bytes, num_comm_sms=num_comm_sms, rounds=1,
+                                          **values, **_push_values(d, _as_array(x, "x"), state))
+    return d, out
+
+
+def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stream=None,
+                timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+    """Bring the expert outputs back: ``out[t] = sum_k topk_weights[t, k] · y_owner[slot[t, k]]`` for this
+    rank's tokens, where ``y`` (a capacity x N symmetric buffer, bf16/f16) holds each rank's expert
+    outputs in its receive order (e.g. the second grouped GEMM's output over ``dispatch.offsets``).
+    ``out``: tokens x N, bf16, f16 or f32 (default y's dtype). One launch between two rank barriers."""
+    _need(isinstance(dispatch, Dispatch), f"moe_combine: dispatch must be what moe_dispatch returned, got "
+          f"{type(dispatch).__name__}")
+    r = dispatch.routing
+    _need(isinstance(y, SymmetricBuffer) and y.heap.world is world,
+          "moe_combine: y must be a SymmetricBuffer of the world passed (peers read it)")
+    _need(len(y.shape) == 2 and y.shape[0] == r.capacity and y.shape[1] % 8 == 0,
+          f"moe_combine: y must be ({r.capacity}, N) with N a multiple of 8 (the receive capacity), got {y.shape}")
+    _need(dtype_name(y.dtype) in ("bf16", "f16"), f"moe_combine: y must be bfloat16 or float16, got {y.dtype}")
+    n = y.shape[1]
+    out = _as_array(out, "out") if out is not None else empty((r.tokens, n), y.dtype, stream=stream)
+    _need(out.shape == (r.tokens, n) and out.is_contiguous and dtype_name(out.dtype) in ("bf16", "f16", "f32"),
+          f"moe_combine: out must be a contiguous ({r.tokens}, {n}) bf16, f16 or f32 array, got {out.shape} {out.dtype}")
+    cfg = combine_kernel.Config(dtype=dtype_name(y.dtype), out_dtype=dtype_name(out.dtype))
+    kernel = load(combine_kernel.build, cfg, Device.current())
+    units = r.tokens * (n // 8)
+    state = collectives._state(y)
+    state.launch(kernel, cfg.threads, world.size, stream, timeout_ns, work=-(-units // cfg.threads),
+                 ids=dispatch.topk_ids.ptr, slots=dispatch.slots.ptr, weights=dispatch.topk_weights.ptr, units=units,
+                 row_units=n // 8, topk=r.topk, local=r.local, out=out.ptr, **state.layout_args("y", y))
+    return out
+
+
+__all__ = ["grouped_gemm", "check_grouped", "plan_grouped", "MoeArgumentError", "moe_dispatch", "moe_dispatch_gemm", "moe_combine", "check_routing", "Dispatch", "Routing"]

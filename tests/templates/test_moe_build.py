@@ -10,12 +10,11 @@ from hypothesis import strategies as st
 
 from pkptx.isa import Param, address, u32, u64
 from pkptx.ops.moe import MoeArgumentError, check_grouped, max_groups_for
-from pkptx.templates.kernels import grouped_gemm
-from pkptx.templates.kernels import moe_dispatch as moe_dispatch_kernels
+from pkptx.templates.kernels import grouped_gemm, moe_combine, moe_dispatch, moe_dispatch_gemm
 from pkptx.templates.lcsc import Buffer, Template
 from pkptx.toolchain import assemble
 
-KERNELS = [*grouped_gemm.catalog(), *moe_dispatch_kernels.catalog()]
+KERNELS = [k for module in (grouped_gemm, moe_dispatch, moe_dispatch_gemm, moe_combine) for k in module.catalog()]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=[k.name for k in KERNELS])
@@ -136,8 +135,6 @@ def test_tile_walk_clamps_offsets_past_the_rows():
 
 
 # ------------------------------------------------------------------------------- the routing layout
-from pkptx.templates.kernels import moe_dispatch  # noqa: E402
-
 
 @st.composite
 def routings(draw, max_world=4):
@@ -233,3 +230,33 @@ def test_route_kernel_matches_the_layout_model(case, seed):
         assert np.array_equal(offsets.read(np.int32), lay.offsets[r])
         assert moe_dispatch.check_slots(ids[r], slots.read(np.int32, ids[r].shape), r, lay) == []
         assert (shared["arrivals"][0][r].read(np.uint32) == 0).all(), "arrival counters not reset"
+
+
+# --------------------------------------------------------------------------------- dispatch checks
+from pkptx.ops.moe import check_routing  # noqa: E402
+
+ROUTE_OK = dict(x_shape=(10, 64), x_dtype="bfloat16", ids_shape=(10, 2), ids_dtype="int32", weights_shape=(10, 2),
+                weights_dtype="float32", world_size=4, num_experts=8)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(num_experts=6), "split evenly over the world size 4"),
+    (dict(num_experts=0), "positive int"),
+    (dict(num_experts=8.0), "positive int"),
+    (dict(num_experts=4096), "route kernel holds"),
+    (dict(x_shape=(10, 60)), "hidden = 60"),
+    (dict(x_dtype="float32"), "bfloat16 or float16"),
+    (dict(ids_shape=(9, 2), weights_shape=(9, 2)), r"topk_ids must be \(10, k\)"),
+    (dict(ids_dtype="int64"), "topk_ids must be int32"),
+    (dict(weights_shape=(10, 3)), "topk_weights must have topk_ids' shape"),
+    (dict(weights_dtype="float16"), "topk_weights must be float32"),
+])
+def test_dispatch_refuses_bad_arguments(change, message):
+    with pytest.raises(MoeArgumentError, match=message):
+        check_routing(**{**ROUTE_OK, **change})
+
+
+def test_routing_capacity_takes_every_pair_of_every_rank():
+    r = check_routing(**ROUTE_OK)
+    assert (r.local, r.capacity, r.blocks) == (2, 4 * 10 * 2, 1)
+    assert check_routing(**{**ROUTE_OK, "world_size": 1}).local == 8

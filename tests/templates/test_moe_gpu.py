@@ -92,8 +92,8 @@ def test_grouped_gemm_against_torch(gpu, shape):
 def test_moe_layer_matches_numpy(gpu, ranks, shares, hog):
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    env = rank_env(PKPTX_EXAMPLES="6" if hog else "12", **sharing_env(shares, hog))
-    proc, results = launcher.run(ranks, "../../templates/programs/moe_program.py", env=env, timeout=300)
+    env = rank_env(PKPTX_EXAMPLES="4" if hog else "8", **sharing_env(shares, hog))
+    proc, results = launcher.run(ranks, "../../templates/programs/moe_program.py", env=env, timeout=240)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
     for rank in range(ranks):

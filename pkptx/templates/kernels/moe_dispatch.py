@@ -38,7 +38,7 @@ from ...isa import Param, Sem, address, b32, s32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
-from ..lcsc import Buffer, Ring, Template
+from ..lcsc import WINDOW_SLACK, Buffer, Ring, Template
 from ..progress import FLAGS, close_barrier
 
 COUNTS, READY, ARRIVALS, RECV = (ParallelLayout(n) for n in ("counts", "ready", "arrivals", "recv"))
@@ -63,6 +63,11 @@ class Config:
         if self.chunk % 16 or not 16 <= self.chunk <= 65536 or self.warps * self.chunk > 200 * 1024:
             raise PTXBuildError(f"moe_dispatch Config: chunk a multiple of 16 up to 64 KB, warps x chunk <= 200 KB,"
                                 f" got {self}")
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory of the push kernel: a row buffer per warp, and the alignment slack."""
+        return self.warps * self.chunk + WINDOW_SLACK
 
 
 # ---------------------------------------------------------------------------------------------- route
