@@ -260,3 +260,52 @@ def test_routing_capacity_takes_every_pair_of_every_rank():
     r = check_routing(**ROUTE_OK)
     assert (r.local, r.capacity, r.blocks) == (2, 4 * 10 * 2, 1)
     assert check_routing(**{**ROUTE_OK, "world_size": 1}).local == 8
+
+
+def pgl(m, name, per_rank):
+    """Allocations of ``per_rank`` (one numpy array or byte count per rank) and each rank's peer table."""
+    allocs = [m.from_numpy(a, name=name, rank=r) if isinstance(a, np.ndarray) else m.alloc(a, name=name, rank=r, fill=0)
+              for r, a in enumerate(per_rank)]
+    tables = [m.from_numpy(np.array([a.base for a in allocs], np.uint64), name=f"{name}_peers", rank=r)
+              for r in range(len(per_rank))]
+    return allocs, tables
+
+
+@settings(max_examples=6, deadline=None)
+@given(case=routings(max_world=3), n_units=st.integers(1, 3), out_dtype=st.sampled_from(["bf16", "f32"]),
+       seed=st.integers(0, 2**16))
+def test_combine_kernel_sums_weighted_expert_rows(case, n_units, out_dtype, seed):
+    """moe_combine of every rank on the PTX interpreter (both rank barriers, peer loads) against
+    the float64 reference, with the layout model's slots."""
+    import ml_dtypes
+    from pkptx.interp import Machine
+    ids, experts = case
+    world, local, n = len(ids), experts // len(ids), 8 * n_units
+    lay = moe_dispatch.layout(ids, experts)
+    slots = [moe_dispatch.stable_slots(i, s, lay).astype(np.int32) for s, i in enumerate(ids)]
+    rng = np.random.default_rng(seed)
+    ys = [rng.standard_normal((max(1, int(lay.offsets[d, -1])), n)).astype(ml_dtypes.bfloat16) for d in range(world)]
+    weights = [rng.random(i.shape, dtype=np.float32) for i in ids]
+    kernel = moe_combine.build(moe_combine.Config(out_dtype=out_dtype, threads=64))
+    m = Machine(seed=seed)
+    _, y_tables = pgl(m, "y", ys)
+    _, flag_tables = pgl(m, "flags", [16] * world)
+    outs = []
+    out_type = ml_dtypes.bfloat16 if out_dtype == "bf16" else np.float32
+    for r in range(world):
+        tokens = ids[r].shape[0]
+        out = m.alloc(tokens * n * np.dtype(out_type).itemsize, name="out", rank=r, fill=0xFF)
+        status = m.alloc(32, name="status", rank=r, fill=0)
+        values = dict(ids=m.from_numpy(ids[r], rank=r), slots=m.from_numpy(slots[r], rank=r),
+                      weights=m.from_numpy(weights[r], rank=r), units=tokens * n_units, row_units=n_units,
+                      topk=ids[r].shape[1], local=local, out=out, rank=r, world=world, status=status,
+                      timeout_ns=10**12, num_comm_sms=2, barrier_base=0, launch_base=0, y_peers=y_tables[r], y_mc=0,
+                      flags_peers=flag_tables[r], flags_mc=0)
+        m.launch(kernel, 2, 64, *route_args(kernel, values), rank=r)
+        outs.append((out, status))
+    m.run()
+    for r, (out, status) in enumerate(outs):
+        assert status.read(np.uint32)[0] == 0
+        got = out.read(out_type, (ids[r].shape[0], n)).astype(np.float64)
+        want = moe_combine.reference(ys, ids[r], slots[r], weights[r], local)
+        assert np.allclose(got, want, rtol=1e-2 if out_dtype == "bf16" else 1e-5, atol=1e-2), (got, want)
