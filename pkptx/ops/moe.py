@@ -84,10 +84,9 @@ def grouped_args(cfg: grouped_kernel.Config, x: DeviceArray, w: DeviceArray, off
                  out: DeviceArray, t: int, n: int, k: int, e: int) -> tuple[dict, int]:
     """(kernel arguments of the grouped GEMM's own parameters, upper bound on its tasks)."""
     g = cfg.gemm
-    w_box = (1, g.tile_n, TILE_K) if g.b_layout == "nk" else (1, TILE_K, 64)
     tiles_m = -(-t // g.tile_m) + e          # every group adds at most one partial tile
     tiles_n = -(-n // g.tile_n)
-    values = dict(tmap_a=_tensor_map(x, (g.tile_m, TILE_K)), tmap_b=_weight_map(w, w_box),
+    values = dict(tmap_a=_tensor_map(x, (g.tile_m, TILE_K)), tmap_b=_weight_map(w, cfg.w_box),
                   tmap_c=_tensor_map(out, g.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, offsets=offsets.ptr,
                   groups=e, rows=t, n=n, out=out.ptr)
     return values, tiles_m * tiles_n

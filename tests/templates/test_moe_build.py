@@ -309,3 +309,23 @@ def test_combine_kernel_sums_weighted_expert_rows(case, n_units, out_dtype, seed
         got = out.read(out_type, (ids[r].shape[0], n)).astype(np.float64)
         want = moe_combine.reference(ys, ids[r], slots[r], weights[r], local)
         assert np.allclose(got, want, rtol=1e-2 if out_dtype == "bf16" else 1e-5, atol=1e-2), (got, want)
+
+
+@pytest.mark.parametrize("experts, rows, k, n", [(8, 4096, 4096, 14336), (64, 1024, 7168, 2048), (256, 256, 7168, 2048),
+                                                 (3, 5, 16, 16), (1, 1, 64, 4096)])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_planned_configs_fit_and_their_tensor_maps_encode(experts, rows, k, n, layout):
+    """The host's plan at the issue's shapes (and tiny ones) fits in shared memory, and every tensor
+    map it asks for passes cuTensorMapEncodeTiled's rules."""
+    import ml_dtypes
+    from pkptx.launch.tensormap import describe_tiled
+    from pkptx.ops.moe import plan_grouped
+    t = experts * rows
+    cfg = plan_grouped(t, n, k, experts, "bf16", "bf16", layout, sm_count=132, smem_limit=232448)
+    assert cfg.smem_bytes <= grouped_gemm.SMEM_LIMIT and cfg.max_groups >= experts
+    bf16 = ml_dtypes.bfloat16
+    w_shape = (experts, n, k) if layout == "nk" else (experts, k, n)
+    for shape, box in (((t, k), (cfg.gemm.tile_m, 64)), (w_shape, cfg.w_box), ((t, n), cfg.gemm.c_box)):
+        describe_tiled(1 << 20, bf16, shape, box=box, swizzle=128)       # raises on a rule broken
+    g = cfg.gemm
+    assert np.prod(cfg.w_box) * 2 * (g.tile_n // cfg.w_box[-1] if layout == "kn" else 1) == g.b_bytes

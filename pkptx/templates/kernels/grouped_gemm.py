@@ -65,6 +65,13 @@ class Config:
         return self.gemm.smem_bytes + self.table_bytes + STATIC_SLACK
 
     @property
+    def w_box(self) -> tuple[int, int, int]:
+        """The weights' 3-D tensor-map box: one expert's B box ((1, tile_n, 64) for "nk", a 64 x 64
+        sub-box of the K x N matrix for "kn")."""
+        g = self.gemm
+        return (1,) + g.b_box
+
+    @property
     def name(self) -> str:
         g = self.gemm
         return (f"grouped_gemm_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}"
