@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 from .common import GPU_ONLY_NS, report, sharing
 from .progress import progress
 
@@ -90,15 +88,18 @@ def grouped_table(stream, repeats, args) -> None:
 
 
 def layer_table(world, stream, repeats, args) -> None:
+    """Inputs are made on the GPU (torch), so a rank's weights (GBs at DeepSeek-V3 shapes) never
+    cross the host."""
     import ml_dtypes
+    import torch
 
     import pkptx
-    from ..launch import SymmetricHeap, empty, from_numpy
+    from ..launch import SymmetricHeap, from_dlpack
     timed = timer(stream, repeats)
-    bf16, w = ml_dtypes.bfloat16, world.size
+    w = world.size
     tokens = 256 if args.quick else args.tokens
     comms = [int(c) for c in args.num_comm_sms.split(",")]
-    rng = np.random.default_rng(11 + world.rank)
+    torch.manual_seed(11 + world.rank)
     rows = []
     models = [m for m in args.models.split(",") if MODELS[m][1] % w == 0]
     heap = SymmetricHeap(world, max(2 * w * tokens * MODELS[m][0] * MODELS[m][2] * 2 for m in models) + (64 << 20))
@@ -106,17 +107,20 @@ def layer_table(world, stream, repeats, args) -> None:
         topk, experts, hidden, ffn = MODELS[name]
         local = experts // w
         capacity = w * tokens * topk
-        ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :topk].astype(np.int32)
-        rand = lambda *s: from_numpy((rng.standard_normal(s, dtype=np.float32) / 8).astype(bf16))  # noqa: E731
+        rand = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16) / 8      # noqa: E731
         x, w1, w2 = rand(tokens, hidden), rand(local, ffn, hidden), rand(local, hidden, ffn)
-        i, wt = from_numpy(ids), from_numpy(rng.random((tokens, topk), dtype=np.float32))
-        h_seq, h_fused = empty((capacity, ffn), bf16), empty((capacity, ffn), bf16)
-        y = heap.alloc((capacity, hidden), bf16)
+        ids = torch.rand(tokens, experts, device="cuda").argsort(dim=1)[:, :topk].to(torch.int32).contiguous()
+        wt = torch.rand(tokens, topk, device="cuda")
+        h_seq, h_fused = (torch.empty(capacity, ffn, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        x, w1, w2, ids, wt = (from_dlpack(t) for t in (x, w1, w2, ids, wt))
+        hs, hf = from_dlpack(h_seq), from_dlpack(h_fused)
+        y = heap.alloc((capacity, hidden), ml_dtypes.bfloat16)
+        torch.cuda.synchronize()
         world.barrier(what="moe inputs")
 
         def sequential():
-            d = pkptx.moe_dispatch(x, i, wt, world, experts, heap=heap, stream=stream)
-            pkptx.grouped_gemm(d.recv, w1, d.offsets, out=h_seq, stream=stream)
+            d = pkptx.moe_dispatch(x, ids, wt, world, experts, heap=heap, stream=stream)
+            pkptx.grouped_gemm(d.recv, w1, d.offsets, out=hs, stream=stream)
             return d
 
         d = sequential()
@@ -124,22 +128,21 @@ def layer_table(world, stream, repeats, args) -> None:
         received = int(d.offsets.to_numpy()[-1])
         errs = []
         for c in comms:
-            pkptx.moe_dispatch_gemm(x, i, wt, w1, world, experts, heap=heap, out=h_fused, num_comm_sms=c,
-                                    stream=stream)
+            pkptx.moe_dispatch_gemm(x, ids, wt, w1, world, experts, heap=heap, out=hf, num_comm_sms=c, stream=stream)
             pkptx.synchronize(stream)
-            got, want = h_fused.to_numpy()[:received].astype(np.float64), h_seq.to_numpy()[:received].astype(np.float64)
-            errs.append(float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)))
-        if max(errs, default=0.0) > 1e-2 or np.isnan(errs).any():
+            got, want = h_fused[:received].float(), h_seq[:received].float()
+            errs.append(((got - want).norm() / want.norm().clamp_min(1e-30)).item() if received else 0.0)
+        if not max(errs, default=0.0) <= 1e-2:
             raise SystemExit(f"moe {name}: fused differs from dispatch then grouped_gemm by {errs}; not timing it")
-        t_dispatch = timed(lambda: pkptx.moe_dispatch(x, i, wt, world, experts, heap=heap, stream=stream))
+        t_dispatch = timed(lambda: pkptx.moe_dispatch(x, ids, wt, world, experts, heap=heap, stream=stream))
         t_seq = timed(sequential)
-        t_gemm = timed(lambda: pkptx.grouped_gemm(d.recv, w1, d.offsets, out=h_seq, stream=stream))
-        pkptx.grouped_gemm(h_seq, w2, d.offsets, out=y.local, stream=stream)
+        t_gemm = timed(lambda: pkptx.grouped_gemm(d.recv, w1, d.offsets, out=hs, stream=stream))
+        pkptx.grouped_gemm(hs, w2, d.offsets, out=y.local, stream=stream)
         t_combine = timed(lambda: pkptx.moe_combine(y, d, world, stream=stream))
         sent = tokens * topk * hidden * 2
         flop = 2 * received * ffn * hidden
         for c, err in zip(comms, errs):
-            t_fused = timed(lambda: pkptx.moe_dispatch_gemm(x, i, wt, w1, world, experts, heap=heap, out=h_fused,
+            t_fused = timed(lambda: pkptx.moe_dispatch_gemm(x, ids, wt, w1, world, experts, heap=heap, out=hf,
                                                             num_comm_sms=c, stream=stream))
             rows.append([name, tokens, c, f"{err:.1e}", t_dispatch, sent / t_dispatch / 1e6, t_gemm,
                          flop / t_gemm / 1e9, t_seq, t_fused, f"{t_seq / t_fused:.3f}", t_combine,

@@ -245,12 +245,11 @@ def _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_
     cfg = dispatch_kernel.Config()
     kernel = load(dispatch_kernel.build_route, cfg, device)
     layouts = collectives._state(state.recv)
-    values = dict(ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
-                  recv_offsets=state.offsets.ptr, blocks=r.blocks, epoch=state.ready.advance() & _MASK32,
-                  rank=world.rank, world=world.size, status=device_status(device).ptr, timeout_ns=timeout_ns,
-                  num_comm_sms=1, **layouts.layout_args("counts", state.counts),
-                  **layouts.layout_args("ready", state.ready.buffer), **layouts.layout_args("arrivals", state.arrivals))
-    kernel[1, dispatch_kernel.ROUTE_THREADS](*ordered_args(kernel, values), stream=stream)
+    layouts.launch(kernel, dispatch_kernel.ROUTE_THREADS, world.size, stream, timeout_ns, work=1, rounds=0,
+                   ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
+                   recv_offsets=state.offsets.ptr, blocks=r.blocks, epoch=state.ready.advance() & _MASK32,
+                   **layouts.layout_args("counts", state.counts), **layouts.layout_args("ready", state.ready.buffer),
+                   **layouts.layout_args("arrivals", state.arrivals))
     return Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state
 
 

@@ -73,3 +73,24 @@ def sharing_env(shares, hog: bool) -> dict:
     if hog:
         env.update(PKPTX_TEST_HOG_MS=str(HOG_MS), PKPTX_TIMEOUT_S=str(HOG_TIMEOUT_S))
     return env
+
+
+def run_program_cases(ranks: int, program: str, section: str, *, env: dict, timeout: float) -> None:
+    """Run ``tests/templates/programs/<program>`` on ``ranks`` ranks (skipping without an MPI launcher) and
+    fail with the first failures any rank recorded in its ``section`` report."""
+    import json
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
+    from mpi_programs import launcher
+    if launcher.find_launcher() is None:
+        pytest.skip("no mpiexec/mpirun to start the ranks")
+    proc, results = launcher.run(ranks, f"../../templates/programs/{program}", env=env, timeout=timeout)
+    output = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(results) == list(range(ranks)), output
+    for rank in range(ranks):
+        outcome = results[rank][section]
+        assert outcome["cases"] > 0, output
+        if outcome["failures"]:
+            pytest.fail(f"rank {rank}: " + json.dumps(outcome["failures"][:3], indent=1)[:4000])
+    assert proc.returncode == 0, output

@@ -3,10 +3,6 @@ not multiples of 128, both weight layouts), and dispatch, fused dispatch+GEMM an
 (the MPI program ``programs/moe_program.py``) against a float64 reference of the MoE layer."""
 from __future__ import annotations
 
-import json
-import os
-import sys
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,10 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pkptx.templates.kernels import grouped_gemm as kernel
-from tests.helpers.gpu import rank_env, sharing_cases, sharing_env
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
-from mpi_programs import launcher  # noqa: E402
+from tests.helpers.gpu import rank_env, run_program_cases, sharing_cases, sharing_env
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 POISON = {"bf16": 0x7FC0, "f16": 0x7E00, "f32": 0x7FC00000}
@@ -90,15 +83,6 @@ def test_grouped_gemm_against_torch(gpu, shape):
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks, shares, hog", sharing_cases([1, 2, 3, 4]))
 def test_moe_layer_matches_numpy(gpu, ranks, shares, hog):
-    if launcher.find_launcher() is None:
-        pytest.skip("no mpiexec/mpirun to start the ranks")
+    """Dispatch, fused dispatch + GEMM, and combine, as ``programs/moe_program.py`` checks them."""
     env = rank_env(PKPTX_EXAMPLES="4" if hog else "8", **sharing_env(shares, hog))
-    proc, results = launcher.run(ranks, "../../templates/programs/moe_program.py", env=env, timeout=240)
-    output = proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert sorted(results) == list(range(ranks)), output
-    for rank in range(ranks):
-        outcome = results[rank]["moe"]
-        assert outcome["cases"] > 0, output
-        if outcome["failures"]:
-            pytest.fail(f"rank {rank}: " + json.dumps(outcome["failures"][:3], indent=1)[:4000])
-    assert proc.returncode == 0, output
+    run_program_cases(ranks, "moe_program.py", "moe", env=env, timeout=240)

@@ -84,7 +84,9 @@ def group_table(ctx, cfg: Config) -> None:
 
     Per step of 32 groups: each lane loads its group's end and start (``ld.global.nc``: offsets are
     inputs, final before the launch), clamps them, counts tiles, and a 5-step ``shfl.sync.up`` scan
-    adds the lanes before it; lane 31's sum carries into the next step.
+    adds the lanes before it; lane 31's sum carries into the next step. Then
+    ``fence.proxy.async.shared::cta`` (as for the launch ticket): the block's later TMA traffic through
+    shared memory is ordered after these generic writes (pk-design 5).
     """
     b = ctx.b
     table = ctx.smem["group_tiles"]
@@ -108,6 +110,7 @@ def group_table(ctx, cfg: Config) -> None:
             slot = b.mad(u32, g, 4, b.add(u32, table, 4), mode="lo", name="table_slot")
             b.st(u32, address(slot), b.add(u32, total, carry), space="shared", pred=inside)
             b.add(u32, carry, b.shfl("idx", total, 31, 31, name="scan_last"), into=carry)
+        b.fence_proxy_async("shared::cta")     # generic shared writes before the block's TMA use of shared memory
     b.bar_sync(0)
     last = b.mad(u32, groups, 4, table, mode="lo", name="table_last")
     ctx.let(tiles_m=b.min(u32, b.ld(u32, address(last), space="shared", name="tiles_total"), ctx.param("tiles_m")))

@@ -74,7 +74,7 @@ class Config:
 def build_route(cfg: Config = Config()):
     t = Template(f"moe_route_e{cfg.max_experts}", params=ROUTE_PARAMS, layouts=(COUNTS, READY, ARRIVALS),
                  buffers=(Buffer("hist", 4 * cfg.max_experts, 16), Buffer("base", 4 * cfg.max_experts, 16)),
-                 comm_threads=ROUTE_THREADS, progress=False)
+                 comm_threads=ROUTE_THREADS)      # one block, but it waits: a launch ticket all the same
 
     def comm_tasks(ctx):
         for p in ROUTE_PARAMS:          # loaded by every thread, before any branch
@@ -187,7 +187,8 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                 for kk in b.range(0, topk, name="kk"):
                     p = b.add(u32, first_pair, kk, name="pair")
                     at = b.mul(u32, p, 4, mode="wide", name="pair_offset")
-                    slot = b.ld(s32, address(b.add(u64, ctx.param("slots"), at)), space="global", name="slot")
+                    slot = b.ld(s32, address(b.add(u64, ctx.param("slots"), at)), space="global", nc=True,
+                                name="slot")          # route's output: final before this launch
                     expert = b.ld(u32, address(b.add(u64, ctx.param("ids"), at)), space="global", nc=True,
                                   name="pair_expert")
                     yield slot, b.div(u32, expert, ctx.param("local"), name="owner"), \

@@ -7,20 +7,15 @@ the reference itself; failures are recorded, not raised, so the ranks never dive
 from __future__ import annotations
 
 import os
-import sys
-import traceback
 
 import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
-from mpi_programs.launcher import report  # noqa: E402
-
-from pkptx.launch import Device, SymmetricHeap, World, from_numpy  # noqa: E402
-from pkptx.ops import collectives, fused  # noqa: E402
-from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs  # noqa: E402
-from tests.helpers.hog import hog_from_env  # noqa: E402
+from pkptx.launch import from_numpy
+from pkptx.ops import collectives, fused
+from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs
+from tests.helpers.cases import finish, recorded, rel_err, start
 
 BF16 = ml_dtypes.bfloat16
 
@@ -30,17 +25,10 @@ def shards(seed, world, shape):
     return [rng.standard_normal(shape, dtype=np.float32).astype(BF16) for _ in range(world)]
 
 
-def rel_err(got, ref):
-    return float(np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30))
-
-
 def main() -> None:
-    world = World()
-    device = Device(world.device_ordinal()).set_current()
-    heap = SymmetricHeap(world, 256 << 20)
+    world, device, heap, hog = start()
     failures, cases = [], []
     w = world.size
-    hog = hog_from_env()
 
     def ready():
         """Inputs written everywhere; then (``PKPTX_TEST_HOG_MS``) half of the SMs taken by other work."""
@@ -58,7 +46,7 @@ def main() -> None:
         cases.append(dict(op=op, m=m, n=n, k=k, layout=layout, fused=fuse, num_comm_sms=comm))
         bshape = (n, k) if layout == "nk" else (k, n)
         buffers = []
-        try:
+        with recorded(world, failures, cases[-1], buffers):
             if op == "ag_gemm":
                 a_rows = shards(seed, w, (m // w, k))
                 b_local = shards(seed + 1, w, bshape)[world.rank]
@@ -94,17 +82,9 @@ def main() -> None:
             cases[-1]["err"] = err
             if not err < 1.5e-2:
                 failures.append(cases[-1])
-        except Exception:
-            failures.append(dict(cases[-1], error=traceback.format_exc()[-1500:]))
-        finally:
-            world.barrier(what="case done")
-            for buf in reversed(buffers):
-                buf.free()
 
     case()
-    report(world.rank, "fused", cases=len(cases), failures=failures, all_cases=cases)
-    heap.close()
-    world.close()
+    finish(world, heap, "fused", cases, failures)
 
 
 if __name__ == "__main__":

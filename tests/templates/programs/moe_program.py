@@ -8,20 +8,15 @@ to place the reference rows. Failures are recorded, not raised, so the ranks nev
 from __future__ import annotations
 
 import os
-import sys
-import traceback
 
 import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
-from mpi_programs.launcher import report  # noqa: E402
-
-from pkptx.launch import Device, SymmetricHeap, World, empty, from_numpy  # noqa: E402
-from pkptx.ops import collectives, moe  # noqa: E402
-from pkptx.templates.kernels import grouped_gemm, moe_combine, moe_dispatch  # noqa: E402
-from tests.helpers.hog import hog_from_env  # noqa: E402
+from pkptx.launch import empty, from_numpy
+from pkptx.ops import collectives, moe
+from pkptx.templates.kernels import grouped_gemm, moe_combine, moe_dispatch
+from tests.helpers.cases import finish, recorded, rel_err, start
 
 BF16 = ml_dtypes.bfloat16
 ROUTINGS = ["random", "one_expert", "twice_to_one_rank", "empty_expert"]
@@ -41,17 +36,10 @@ def routing(kind, rng, tokens, topk, experts, local, world):
     return np.array([rng.permutation(pool)[:topk] for _ in range(tokens)], dtype=np.int32)
 
 
-def rel_err(got, ref):
-    return float(np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30))
-
-
 def main() -> None:
-    world = World()
-    device = Device(world.device_ordinal()).set_current()
-    heap = SymmetricHeap(world, 256 << 20)
+    world, device, heap, hog = start()
     failures, cases = [], []
     w = world.size
-    hog = hog_from_env()
 
     @settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "12")), derandomize=True, database=None,
               deadline=None, suppress_health_check=list(HealthCheck))
@@ -79,7 +67,7 @@ def main() -> None:
         mine = slice(me * local, (me + 1) * local)
         lay = moe_dispatch.layout(ids, experts)
         buffers = []
-        try:
+        with recorded(world, failures, cases[-1], buffers):
             x, i, wt = from_numpy(xs[me]), from_numpy(ids[me]), from_numpy(wts[me])
             w1_local, w2_local = from_numpy(np.ascontiguousarray(w1[mine])), from_numpy(np.ascontiguousarray(w2[mine]))
             device.synchronize()
@@ -132,17 +120,9 @@ def main() -> None:
             cases[-1].update(err_h=err_h, err_out=err_out)
             if problems:
                 failures.append(dict(cases[-1], problems=problems[:6]))
-        except Exception:
-            failures.append(dict(cases[-1], error=traceback.format_exc()[-1500:]))
-        finally:
-            world.barrier(what="case done")
-            for buf in reversed(buffers):
-                buf.free()
 
     case()
-    report(world.rank, "moe", cases=len(cases), failures=failures, all_cases=cases)
-    heap.close()
-    world.close()
+    finish(world, heap, "moe", cases, failures)
 
 
 if __name__ == "__main__":
