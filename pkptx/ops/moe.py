@@ -203,6 +203,7 @@ class _MoeState:
         self.arrivals = heap.alloc((r.blocks,), np.uint32)
         self.ready = FlagArray(heap, 1)
         self.slots = empty((r.tokens, r.topk), np.int32)
+        self.order = empty((r.tokens * r.topk,), np.int32)
         self.offsets = empty((r.local,), np.int32)
 
 
@@ -247,7 +248,7 @@ def _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_
     layouts = collectives._state(state.recv)
     layouts.launch(kernel, dispatch_kernel.ROUTE_THREADS, world.size, stream, timeout_ns, work=1, rounds=0,
                    ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
-                   recv_offsets=state.offsets.ptr, blocks=r.blocks, epoch=state.ready.advance() & _MASK32,
+                   order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks, epoch=state.ready.advance() & _MASK32,
                    **layouts.layout_args("counts", state.counts), **layouts.layout_args("ready", state.ready.buffer),
                    **layouts.layout_args("arrivals", state.arrivals))
     return Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state
@@ -255,8 +256,9 @@ def _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_
 
 def _push_values(d: Dispatch, x: DeviceArray, state: _MoeState) -> dict:
     r, layouts = d.routing, collectives._state(state.recv)
-    return dict(x=x.ptr, tokens=r.tokens, topk=r.topk, row_bytes=r.hidden * r.dtype.itemsize, ids=d.topk_ids.ptr,
-                slots=d.slots.ptr, local=r.local, **layouts.layout_args("recv", state.recv),
+    return dict(x=x.ptr, pairs=r.tokens * r.topk, topk=r.topk, row_bytes=r.hidden * r.dtype.itemsize,
+                ids=d.topk_ids.ptr, slots=d.slots.ptr, order=state.order.ptr, local=r.local,
+                **layouts.layout_args("recv", state.recv),
                 **layouts.layout_args("arrivals", state.arrivals))
 
 
@@ -270,7 +272,7 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
     d, state = _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns)
     cfg = dispatch_kernel.Config()
     kernel = load(dispatch_kernel.build, cfg, Device.current())
-    work = -(-d.routing.tokens // cfg.warps)
+    work = -(-d.routing.tokens * d.routing.topk // cfg.warps)
     collectives._state(state.recv).launch(kernel, 32 * cfg.warps, world.size, stream, timeout_ns,
                                           smem=cfg.smem_bytes, work=work, rounds=1,
                                           **_push_values(d, _as_array(x, "x"), state))

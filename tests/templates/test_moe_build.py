@@ -214,21 +214,30 @@ def test_route_kernel_matches_the_layout_model(case, seed):
     outs = []
     for r in range(world):
         slots = m.alloc(4 * ids[r].size, name="slots", rank=r, fill=0xEE)
+        order = m.alloc(4 * ids[r].size, name="order", rank=r, fill=0xEE)
         offsets = m.alloc(4 * (experts // world), name="recv_offsets", rank=r, fill=0xEE)
         status = m.alloc(32, name="status", rank=r, fill=0)
         values = dict(ids=m.from_numpy(ids[r], rank=r), pairs=ids[r].size, experts=experts, local=experts // world,
-                      slots=slots, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world, status=status,
+                      slots=slots, order=order, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world, status=status,
                       timeout_ns=10**12, num_comm_sms=1, barrier_base=0, launch_base=0)
         for name, (_, tables) in shared.items():
             values.update({f"{name}_peers": tables[r], f"{name}_mc": 0})
         m.launch(kernel, 1, moe_dispatch.ROUTE_THREADS, *route_args(kernel, values), rank=r)
-        outs.append((slots, offsets, status))
+        outs.append((slots, order, offsets, status))
     m.run()
     lay = moe_dispatch.layout(ids, experts)
-    for r, (slots, offsets, status) in enumerate(outs):
+    for r, (slots, order, offsets, status) in enumerate(outs):
         assert status.read(np.uint32)[0] == 0
         assert np.array_equal(offsets.read(np.int32), lay.offsets[r])
-        assert moe_dispatch.check_slots(ids[r], slots.read(np.int32, ids[r].shape), r, lay) == []
+        got = slots.read(np.int32, ids[r].shape)
+        assert moe_dispatch.check_slots(ids[r], got, r, lay) == []
+        sent = order.read(np.int32)
+        assert np.array_equal(np.sort(sent), np.arange(ids[r].size)), "the send order is not a permutation"
+        keys = moe_dispatch.send_keys(ids[r], r, lay)[sent]
+        assert (np.diff(keys) >= 0).all(), "pairs not in send-key order"
+        same = np.diff(keys) == 0
+        flat = got.ravel()[sent]
+        assert (np.diff(flat)[same & (keys[1:] < experts)] > 0).all(), "one expert's pairs out of slot order"
         assert (shared["arrivals"][0][r].read(np.uint32) == 0).all(), "arrival counters not reset"
 
 

@@ -19,10 +19,15 @@ Before it signals, route zeroes this rank's arrival counters (one per 128 receiv
 is race-free: a peer adds to them only after acquiring our ready signal, which our release orders
 after the zeroing, and our previous launch's readers of them came earlier on our stream.
 
-*Push* (:func:`push_roles`, communicator blocks): lane 0 of every warp takes one token at a time: a
-1-D bulk copy of its row into the warp's shared buffer (mbarrier), one bulk store per pair into the
-owner's receive buffer at its slot, ``cp.async.bulk.wait_group 0`` + ``fence.proxy.async.global``
-(pk-design 5), then ``red.release.sys.add`` of 1 on the owner's counter of the slot's 128-row block.
+Route also writes the send order (``order``): this rank's pairs sorted by expert, local expert 0 of
+every owner first, then 1, ... (:func:`send_key`), so every owner's first row blocks fill first and a
+fused GEMM can start on them while later experts are still on their way.
+
+*Push* (:func:`push_roles`, communicator blocks): lane 0 of every warp takes one pair at a time, in
+send order: a 1-D bulk copy of its token's row into the warp's shared buffer (mbarrier), a bulk store
+into the owner's receive buffer at its slot, ``cp.async.bulk.wait_group 0`` +
+``fence.proxy.async.global`` (pk-design 5), then ``red.release.sys.add`` of 1 on the owner's counter
+of the slot's 128-row block.
 A block of the receive buffer is complete when its counter reaches ``min(128, rows - 128·block)``:
 the fused GEMM's tiles wait for exactly that. The plain dispatch ends with the ranks' closing
 barrier, so when it completes every rank's rows have arrived.
@@ -45,10 +50,11 @@ COUNTS, READY, ARRIVALS, RECV = (ParallelLayout(n) for n in ("counts", "ready", 
 ROUTE_THREADS = 1024
 BLOCK_ROWS = 128          # rows per arrival counter (the GEMM's tile rows)
 ROUTE_PARAMS = (Param("ids", u64, pointer=True), Param("pairs", u32), Param("experts", u32), Param("local", u32),
-                Param("slots", u64, pointer=True), Param("recv_offsets", u64, pointer=True), Param("blocks", u32),
-                Param("epoch", u32))
-PUSH_PARAMS = (Param("x", u64, pointer=True), Param("tokens", u32), Param("topk", u32), Param("row_bytes", u32),
-               Param("ids", u64, pointer=True), Param("slots", u64, pointer=True), Param("local", u32))
+                Param("slots", u64, pointer=True), Param("order", u64, pointer=True),
+                Param("recv_offsets", u64, pointer=True), Param("blocks", u32), Param("epoch", u32))
+PUSH_PARAMS = (Param("x", u64, pointer=True), Param("pairs", u32), Param("topk", u32), Param("row_bytes", u32),
+               Param("ids", u64, pointer=True), Param("slots", u64, pointer=True), Param("order", u64, pointer=True),
+               Param("local", u32))
 
 
 @dataclass(frozen=True)
@@ -71,9 +77,54 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------- route
+def send_key(b, e, ctx):
+    """Where expert ``e``'s rows come in this rank's send order: ``l · world + (d - rank) mod world``
+    for owner d and local index l (each source pushes every owner's expert 0, then 1, ...; owners
+    visited from the next rank on, so sources do not all hit one owner)."""
+    local = ctx.param("local")
+    owner = b.div(u32, e, local, name="key_owner")
+    l = b.sub(u32, e, b.mul(u32, owner, local, mode="lo"), name="key_local")
+    hop = b.sub(u32, b.add(u32, owner, ctx.world), ctx.rank, name="key_hop")
+    b.sub(u32, hop, ctx.world, into=hop, pred=b.setp("ge", u32, hop, ctx.world))
+    return b.mad(u32, l, ctx.world, hop, mode="lo", name="send_key")
+
+
+def emit_send_order(ctx, each, word, global_word) -> None:
+    """``order``: this rank's pairs in send order (by :func:`send_key` of their expert, then position),
+    dropped pairs at the end. ``base[e]`` first holds the pairs sorted before expert e (an O(E) loop
+    over shared counts per expert), then each pair's index is ``base[e] + position``; a dropped pair
+    takes the next free index from the end (``atom.shared.add`` on ``dropped``)."""
+    b = ctx.b
+    experts, hist, base = ctx.param("experts"), ctx.smem["hist"], ctx.smem["base"]
+    for e in each(experts):
+        key = send_key(b, e, ctx)
+        before = b.mov(u32, 0, name="sent_before")
+        for other in b.range(0, experts, name="other"):
+            earlier = b.setp("lt", u32, send_key(b, other, ctx), key, name="sorts_before")
+            b.add(u32, before, b.ld(u32, word(hist, other), space="shared"), into=before, pred=earlier)
+        b.st(u32, word(base, e), before, space="shared")
+    b.bar_sync(0)
+    last = b.sub(u32, ctx.param("pairs"), 1, name="last_pair")
+    for p in each(ctx.param("pairs")):
+        e = b.ld(u32, global_word(ctx.param("ids"), p), space="global", nc=True, name="expert")
+        valid = b.setp("lt", u32, e, experts, name="valid_expert")
+        at = b.mov(u32, 0, name="order_at")
+        with b.if_else(valid) as (routed, dropped):
+            with routed:
+                pos = b.ld(u32, global_word(ctx.param("slots"), p), space="global", name="pos")
+                b.add(u32, b.ld(u32, word(base, e), space="shared"), pos, into=at)
+            with dropped:
+                taken = b.atom("add", u32, address(ctx.smem["dropped"]), 1, sem=Sem.RELAXED, scope="cta",
+                               space="shared", name="dropped_before")
+                b.sub(u32, last, taken, into=at)
+        b.st(u32, global_word(ctx.param("order"), at), p, space="global")
+    b.bar_sync(0)
+
+
 def build_route(cfg: Config = Config()):
     t = Template(f"moe_route_e{cfg.max_experts}", params=ROUTE_PARAMS, layouts=(COUNTS, READY, ARRIVALS),
-                 buffers=(Buffer("hist", 4 * cfg.max_experts, 16), Buffer("base", 4 * cfg.max_experts, 16)),
+                 buffers=(Buffer("hist", 4 * cfg.max_experts, 16), Buffer("base", 4 * cfg.max_experts, 16),
+                          Buffer("dropped", 4, 4)),
                  comm_threads=ROUTE_THREADS)      # one block, but it waits: a launch ticket all the same
 
     def comm_tasks(ctx):
@@ -96,6 +147,7 @@ def build_route(cfg: Config = Config()):
 
         for e in each(experts):
             b.st(u32, word(hist, e), 0, space="shared")
+        b.st(u32, address(ctx.smem["dropped"]), 0, space="shared", pred=b.setp("eq", u32, tid, 0))
         mine = ctx.layouts["arrivals"].peer(b, ctx.rank, name="my_arrivals")
         for blk in each(ctx.param("blocks")):
             b.st(u32, global_word(mine, blk), 0, space="global")
@@ -107,6 +159,7 @@ def build_route(cfg: Config = Config()):
             b.atom("add", u32, word(hist, e), 1, sem=Sem.RELAXED, scope="cta", space="shared", into=pos, pred=valid)
             b.st(u32, global_word(ctx.param("slots"), p), pos, space="global")
         b.bar_sync(0)
+        emit_send_order(ctx, each, word, global_word)
         row = b.mul(u32, ctx.rank, experts, mode="lo", name="my_row")
         for d in b.range(0, ctx.world, name="dst"):               # our counts into every rank's matrix
             theirs = ctx.layouts["counts"].peer(b, d)
@@ -157,8 +210,9 @@ def build_route(cfg: Config = Config()):
 
 # ----------------------------------------------------------------------------------------------- push
 def push_roles(warps: int, chunk: int, buffer: str) -> dict:
-    """``comm_tasks`` and ``communicator`` for pushing rows: warp w of a block takes token
-    ``task · warps + w``; ``buffer`` (a shared buffer of ``warps · chunk`` bytes) and the ring
+    """``comm_tasks`` and ``communicator`` for pushing rows: warp w of a block takes the pair at
+    ``order[task · warps + w]`` (route's send order: expert by expert, so each owner's first row
+    blocks fill first); ``buffer`` (a shared buffer of ``warps · chunk`` bytes) and the ring
     ``rows_in`` (``warps`` barriers, one arrival) belong to the caller's template."""
 
     def comm_tasks(ctx):
@@ -166,52 +220,43 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
         for p in PUSH_PARAMS:
             ctx.param(p.name)
         ctx.let(push_phase=b.mov(u32, 0, name="push_phase"))
-        return b.div(u32, b.add(u32, ctx.param("tokens"), warps - 1), warps, name="push_tasks")
+        return b.div(u32, b.add(u32, ctx.param("pairs"), warps - 1), warps, name="push_tasks")
 
     def communicator(ctx, task):
         b = ctx.b
         warp, lane = b.shr(u32, ctx.tid, 5, name="push_warp"), b.and_(b32, ctx.tid, 31, name="push_lane")
-        token = b.mad(u32, task, warps, warp, mode="lo", name="token")
-        mine = b.setp("lt", u32, token, ctx.param("tokens"), combine="and",
-                      c=b.setp("eq", u32, lane, 0), name="pusher")
+        j = b.mad(u32, task, warps, warp, mode="lo", name="send_index")
+        mine = b.setp("lt", u32, j, ctx.param("pairs"), combine="and", c=b.setp("eq", u32, lane, 0), name="pusher")
         with b.if_then(mine):
-            buf = b.mad(u32, warp, chunk, ctx.smem[buffer], mode="lo", name="row_buffer")
-            bar = ctx.rings["rows_in"].bar(b, warp)
-            row_bytes, topk = ctx.param("row_bytes"), ctx.param("topk")
-            src = b.mad(u64, b.cvt(u64, u32, token), b.cvt(u64, u32, row_bytes), ctx.param("x"), mode="lo",
-                        name="token_row")
-            first_pair = b.mul(u32, token, topk, mode="lo", name="first_pair")
+            def word(name, i):
+                return address(b.mad(u64, b.cvt(u64, u32, i), 4, ctx.param(name), mode="lo"))
 
-            def pairs():
-                """(slot, owner, valid) of each of the token's pairs."""
-                for kk in b.range(0, topk, name="kk"):
-                    p = b.add(u32, first_pair, kk, name="pair")
-                    at = b.mul(u32, p, 4, mode="wide", name="pair_offset")
-                    slot = b.ld(s32, address(b.add(u64, ctx.param("slots"), at)), space="global", nc=True,
-                                name="slot")          # route's output: final before this launch
-                    expert = b.ld(u32, address(b.add(u64, ctx.param("ids"), at)), space="global", nc=True,
-                                  name="pair_expert")
-                    yield slot, b.div(u32, expert, ctx.param("local"), name="owner"), \
-                        b.setp("ge", s32, slot, 0, name="routed")
-
-            for off in b.range(0, row_bytes, chunk, name="row_offset"):
-                size = b.min(u32, b.sub(u32, row_bytes, off), chunk, name="chunk_bytes")
-                b.bulk_wait_group(0, read=True)            # the last chunk's stores have read the buffer
-                b.mbarrier_arrive_expect_tx(bar, size)
-                b.bulk_load(address(buf), address(b.add(u64, src, b.cvt(u64, u32, off))), size, bar)
-                wait_parity(b, bar, ctx.param("push_phase"), deadline=ctx.deadline, name="row_in")
-                b.xor(b32, ctx.param("push_phase"), 1, into=ctx.param("push_phase"))
-                for slot, owner, routed in pairs():
-                    dst = b.mad(u64, b.cvt(u64, s32, slot), b.cvt(u64, u32, row_bytes),
-                                b.add(u64, ctx.layouts["recv"].peer(b, owner), b.cvt(u64, u32, off)), mode="lo",
-                                name="slot_row")
-                    b.bulk_store(address(dst), address(buf), size, pred=routed)
-                b.bulk_commit_group()
-            publish_async_writes(b)                       # the rows are written, not only read out
-            for slot, owner, routed in pairs():
-                with b.if_then(routed):
-                    blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
-                    signal(b, flag_address(b, ctx.layouts["arrivals"], owner, blk), 1, sem=Sem.RELEASE, scope="sys")
+            # route's outputs, final before this launch: read-only here
+            pair = b.ld(u32, word("order", j), space="global", nc=True, name="pair")
+            slot = b.ld(s32, word("slots", pair), space="global", nc=True, name="slot")
+            with b.if_then(b.setp("ge", s32, slot, 0, name="routed")):
+                expert = b.ld(u32, word("ids", pair), space="global", nc=True, name="pair_expert")
+                owner = b.div(u32, expert, ctx.param("local"), name="owner")
+                token = b.div(u32, pair, ctx.param("topk"), name="token")
+                buf = b.mad(u32, warp, chunk, ctx.smem[buffer], mode="lo", name="row_buffer")
+                bar = ctx.rings["rows_in"].bar(b, warp)
+                row_bytes = b.cvt(u64, u32, ctx.param("row_bytes"), name="row_bytes64")
+                src = b.mad(u64, b.cvt(u64, u32, token), row_bytes, ctx.param("x"), mode="lo", name="token_row")
+                dst = b.mad(u64, b.cvt(u64, s32, slot), row_bytes, ctx.layouts["recv"].peer(b, owner), mode="lo",
+                            name="slot_row")
+                for off in b.range(0, ctx.param("row_bytes"), chunk, name="row_offset"):
+                    size = b.min(u32, b.sub(u32, ctx.param("row_bytes"), off), chunk, name="chunk_bytes")
+                    at = b.cvt(u64, u32, off, name="chunk_offset")
+                    b.bulk_wait_group(0, read=True)            # the last chunk's store has read the buffer
+                    b.mbarrier_arrive_expect_tx(bar, size)
+                    b.bulk_load(address(buf), address(b.add(u64, src, at)), size, bar)
+                    wait_parity(b, bar, ctx.param("push_phase"), deadline=ctx.deadline, name="row_in")
+                    b.xor(b32, ctx.param("push_phase"), 1, into=ctx.param("push_phase"))
+                    b.bulk_store(address(b.add(u64, dst, at)), address(buf), size)
+                    b.bulk_commit_group()
+                publish_async_writes(b)                       # the row is written, not only read out
+                blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
+                signal(b, flag_address(b, ctx.layouts["arrivals"], owner, blk), 1, sem=Sem.RELEASE, scope="sys")
 
     return dict(comm_tasks=comm_tasks, communicator=communicator)
 
@@ -284,6 +329,16 @@ def stable_slots(ids: np.ndarray, rank: int, lay: Layout) -> np.ndarray:
             slots[p] = lay.base[rank, e] + seen[e]
             seen[e] += 1
     return slots.reshape(ids.shape)
+
+
+def send_keys(ids: np.ndarray, rank: int, lay: Layout) -> np.ndarray:
+    """The key of each pair's place in rank ``rank``'s send order (the device's order sorts by it):
+    ``l · world + (owner - rank) mod world``; dropped pairs sort last."""
+    flat = ids.ravel().astype(np.int64)
+    experts = lay.counts.shape[1]
+    owner, l = flat // lay.local, flat % lay.local
+    key = l * lay.world + (owner - rank) % lay.world
+    return np.where((flat >= 0) & (flat < experts), key, experts)
 
 
 def check_slots(ids: np.ndarray, slots: np.ndarray, rank: int, lay: Layout) -> list[str]:
