@@ -280,7 +280,7 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
 
 
 def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, heap: SymmetricHeap, out=None,
-                      w_layout: str = "nk", num_comm_sms: int = 16, stream=None,
+                      w_layout: str = "nk", num_comm_sms: int = 4, stream=None,
                       timeout_ns: int = DEFAULT_TIMEOUT_NS) -> tuple[Dispatch, DeviceArray]:
     """:func:`moe_dispatch` fused with the first expert GEMM: ``out[rows of local expert l] =
     recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
