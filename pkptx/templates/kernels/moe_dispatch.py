@@ -8,8 +8,8 @@ inside one (source, expert) block, in the order the source's atomics hand out (s
 *Route* (:func:`build_route`, one block per rank): count the pairs per expert in shared memory
 (``atom.shared.add`` returns each pair's position in its (source, expert) block), write the count row
 into every rank's count matrix (``st.global`` into peers), ``bar.sync``, then thread 0 adds 1 to every
-rank's ready counter (``red.release.sys``) and waits for its own to reach ``epoch · world``
-(``ld.acquire.sys``, bounded), ``bar.sync``. With every rank's counts, each thread computes for its
+rank's ready counter (``red.release.sys``); the block computes the send order (below) and thread 0
+waits for its own counter to reach ``epoch · world`` (``ld.acquire.sys``, bounded), ``bar.sync``. With every rank's counts, each thread computes for its
 experts the destination base (rows of the owner's earlier experts, then rows of lower ranks for this
 expert) and this rank's receive layout (the end row of each local expert, torch's ``offs``), and
 turns each pair's position into its destination row (``slots``). Pairs whose expert id is outside
@@ -159,7 +159,6 @@ def build_route(cfg: Config = Config()):
             b.atom("add", u32, word(hist, e), 1, sem=Sem.RELAXED, scope="cta", space="shared", into=pos, pred=valid)
             b.st(u32, global_word(ctx.param("slots"), p), pos, space="global")
         b.bar_sync(0)
-        emit_send_order(ctx, each, word, global_word)
         row = b.mul(u32, ctx.rank, experts, mode="lo", name="my_row")
         for d in b.range(0, ctx.world, name="dst"):               # our counts into every rank's matrix
             theirs = ctx.layouts["counts"].peer(b, d)
@@ -167,9 +166,12 @@ def build_route(cfg: Config = Config()):
                 b.st(u32, global_word(theirs, b.add(u32, row, e)),
                      b.ld(u32, word(hist, e), space="shared"), space="global")
         b.bar_sync(0)
-        with b.if_then(b.setp("eq", u32, tid, 0, name="signaller")):
+        signaller = b.setp("eq", u32, tid, 0, name="signaller")
+        with b.if_then(signaller):
             for d in b.range(0, ctx.world, name="dst"):
                 signal(b, flag_address(b, ctx.layouts["ready"], d, 0), 1, sem=Sem.RELEASE, scope="sys")
+        emit_send_order(ctx, each, word, global_word)               # while the peers' counts come in
+        with b.if_then(signaller):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, 0),
                  b.mul(u32, ctx.param("epoch"), ctx.world, mode="lo", name="ready_expected"), sem=Sem.ACQUIRE,
                  scope="sys", deadline=ctx.deadline, flag_id=b.mov(u32, 0))
