@@ -338,3 +338,33 @@ def test_planned_configs_fit_and_their_tensor_maps_encode(experts, rows, k, n, l
         describe_tiled(1 << 20, bf16, shape, box=box, swizzle=128)       # raises on a rule broken
     g = cfg.gemm
     assert np.prod(cfg.w_box) * 2 * (g.tile_n // cfg.w_box[-1] if layout == "kn" else 1) == g.b_bytes
+
+
+@pytest.mark.parametrize("kernel", [moe_dispatch.build(), moe_dispatch_gemm.build()], ids=["dispatch", "fused"])
+def test_rows_are_written_before_their_arrival_is_signalled(kernel):
+    """pk-design 5 on the push: between a bulk store of rows and the release that announces them,
+    ``cp.async.bulk.wait_group 0`` (not ``.read``) and ``fence.proxy.async.global``."""
+    lines = [x.strip() for x in kernel.render().splitlines()]
+    stores = [i for i, x in enumerate(lines) if x.startswith(("cp.async.bulk.global.shared::cta", "@"))
+              and "cp.async.bulk.global.shared::cta" in x]
+    reds = [i for i, x in enumerate(lines) if x.startswith("red.release.sys.global.add.u32")]
+    assert stores and reds
+    for red in reds:
+        last_store = max((i for i in stores if i < red), default=None)
+        if last_store is None:
+            continue                  # the closing barrier's signals, before any push in program order
+        between = lines[last_store:red]
+        assert "cp.async.bulk.wait_group 0;" in between and "fence.proxy.async.global;" in between, lines[red]
+
+
+def test_fused_tiles_fence_their_acquire_before_loading_rows():
+    """A compute tile's wait on an arrival counter (acquire) is followed by ``fence.proxy.async.global``
+    before the TMA loads of the rows (generic-proxy acquire, async-proxy reads)."""
+    lines = [x.strip() for x in moe_dispatch_gemm.build().render().splitlines()]
+    polls = [i for i, x in enumerate(lines) if x.startswith("ld.acquire.sys.global.u32")]
+    loads = [i for i, x in enumerate(lines) if x.startswith("cp.async.bulk.tensor.2d.shared::cluster.global")]
+    assert polls and loads
+    first_load = min(loads)
+    fences = [i for i, x in enumerate(lines) if x == "fence.proxy.async.global;"]
+    row_polls = [i for i in polls if i < first_load]
+    assert row_polls and any(max(row_polls) < f < first_load for f in fences)
