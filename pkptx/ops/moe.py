@@ -176,7 +176,8 @@ def check_routing(x_shape, x_dtype, ids_shape, ids_dtype, weights_shape, weights
     _need(num_experts % world_size == 0, f"{fn}: num_experts = {num_experts} must split evenly over the world "
           f"size {world_size} (experts per rank = num_experts / world)")
     _need(num_experts <= dispatch_kernel.Config().max_experts,
-          f"{fn}: num_experts = {num_experts} is over the {dispatch_kernel.Config().max_experts} the route kernel holds")
+          f"{fn}: num_experts = {num_experts} is over the {dispatch_kernel.Config().max_experts} the route kernel "
+          "holds")
     _need(len(x_shape) == 2 and x_shape[0] >= 1, f"{fn}: x must be 2-D (tokens x hidden) with a token, got "
           f"shape {tuple(x_shape)}")
     t, h = x_shape
@@ -233,23 +234,27 @@ class Dispatch:
     heap: SymmetricHeap
 
 
-def _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns) -> tuple[Dispatch, _MoeState]:
-    """Check the arguments, then launch route: counts, exchange, slots and the receive layout."""
+def _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap) -> tuple:
+    """(x, topk_ids, topk_weights as DeviceArrays, Routing) after every check; no GPU work."""
     _need(isinstance(heap, SymmetricHeap) and heap.world is world,
           "moe_dispatch: heap must be a SymmetricHeap of the world passed")
     x, ids, weights = _as_array(x, "x"), _as_array(topk_ids, "topk_ids"), _as_array(topk_weights, "topk_weights")
     r = check_routing(x.shape, x.dtype, ids.shape, ids.dtype, weights.shape, weights.dtype, world.size, num_experts)
     for name, arr in (("x", x), ("topk_ids", ids), ("topk_weights", weights)):
         _need(arr.is_contiguous, f"moe_dispatch: {name} must be C-contiguous")
+    return x, ids, weights, r
+
+
+def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[Dispatch, _MoeState]:
+    """Launch route: counts, exchange, slots, send order and the receive layout."""
     state = _moe_state(heap, r)
-    device = Device.current()
-    cfg = dispatch_kernel.Config()
-    kernel = load(dispatch_kernel.build_route, cfg, device)
+    kernel = load(dispatch_kernel.build_route, dispatch_kernel.Config(), Device.current())
     layouts = collectives._state(state.recv)
     layouts.launch(kernel, dispatch_kernel.ROUTE_THREADS, world.size, stream, timeout_ns, work=1, rounds=0,
                    ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
-                   order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks, epoch=state.ready.advance() & _MASK32,
-                   **layouts.layout_args("counts", state.counts), **layouts.layout_args("ready", state.ready.buffer),
+                   order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks,
+                   epoch=state.ready.advance() & _MASK32, **layouts.layout_args("counts", state.counts),
+                   **layouts.layout_args("ready", state.ready.buffer),
                    **layouts.layout_args("arrivals", state.arrivals))
     return Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state
 
@@ -269,13 +274,14 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
     ``Dispatch.recv`` grouped by local expert. Two launches (route, push), no host sync; when the
     stream reaches the end of the push, every rank's rows for this rank have arrived. Every rank passes
     the same shapes."""
-    d, state = _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns)
+    x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
+    d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
     cfg = dispatch_kernel.Config()
     kernel = load(dispatch_kernel.build, cfg, Device.current())
     work = -(-d.routing.tokens * d.routing.topk // cfg.warps)
     collectives._state(state.recv).launch(kernel, 32 * cfg.warps, world.size, stream, timeout_ns,
                                           smem=cfg.smem_bytes, work=work, rounds=1,
-                                          **_push_values(d, _as_array(x, "x"), state))
+                                          **_push_values(d, x, state))
     return d
 
 
@@ -286,31 +292,31 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
     recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
     start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute.
     Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were)."""
-    d, state = _route(x, topk_ids, topk_weights, world, num_experts, heap, stream, timeout_ns)
-    r = d.routing
+    x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
     w = _as_array(w, "w")
     out = _as_array(out, "out") if out is not None else None
     out_dtype = out.dtype if out is not None else r.dtype
-    _, n, k, e = check_grouped(d.recv.shape, d.recv.dtype, w.shape, w.dtype, (w.shape[0],), d.offsets.dtype,
+    _, n, k, e = check_grouped((r.capacity, r.hidden), r.dtype, w.shape, w.dtype, (w.shape[0],), np.int32,
                                out.shape if out is not None else None, out_dtype, w_layout=w_layout)
     _need(w.is_contiguous, "moe_dispatch_gemm: w must be C-contiguous")
     _need(e == r.local, f"moe_dispatch_gemm: w must hold this rank's {r.local} experts (num_experts / world), "
           f"got {e}")
     device = Device.current()
     sms = context_sm_count(device)
-    _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < sms,
-          f"moe_dispatch_gemm: num_comm_sms must be in 1..{sms - 1} (this context's SMs less one), got "
-          f"{num_comm_sms!r}")
-    if out is None:
-        out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
     grouped = plan_grouped(r.capacity, n, k, e, dtype_name(r.dtype), dtype_name(out_dtype), w_layout, sm_count=sms,
                            smem_limit=device.smem_per_block_optin)
-    cfg = fused_kernel.Config(grouped)
-    kernel = load(fused_kernel.build, cfg, device)
+    kernel = load(fused_kernel.build, fused_kernel.Config(grouped), device)
+    blocks = persistent_grid(kernel, fused_kernel.THREADS, grouped.gemm.smem_bytes)
+    _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < blocks,
+          f"moe_dispatch_gemm: num_comm_sms must be in 1..{blocks - 1} (the blocks this context holds at once, "
+          f"less one for the GEMM), got {num_comm_sms!r}")
+    if out is None:
+        out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
+    d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
     values, _ = grouped_args(grouped, d.recv, w, d.offsets, out, r.capacity, n, k, e)
     collectives._state(state.recv).launch(kernel, fused_kernel.THREADS, world.size, stream, timeout_ns,
                                           smem=grouped.gemm.smem_bytes, num_comm_sms=num_comm_sms, rounds=1,
-                                          **values, **_push_values(d, _as_array(x, "x"), state))
+                                          **values, **_push_values(d, x, state))
     return d, out
 
 
@@ -331,7 +337,8 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     n = y.shape[1]
     out = _as_array(out, "out") if out is not None else empty((r.tokens, n), y.dtype, stream=stream)
     _need(out.shape == (r.tokens, n) and out.is_contiguous and dtype_name(out.dtype) in ("bf16", "f16", "f32"),
-          f"moe_combine: out must be a contiguous ({r.tokens}, {n}) bf16, f16 or f32 array, got {out.shape} {out.dtype}")
+          f"moe_combine: out must be a contiguous ({r.tokens}, {n}) bf16, f16 or f32 array, got {out.shape} "
+          f"{out.dtype}")
     cfg = combine_kernel.Config(dtype=dtype_name(y.dtype), out_dtype=dtype_name(out.dtype))
     kernel = load(combine_kernel.build, cfg, Device.current())
     units = r.tokens * (n // 8)
@@ -342,4 +349,5 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     return out
 
 
-__all__ = ["grouped_gemm", "check_grouped", "plan_grouped", "MoeArgumentError", "moe_dispatch", "moe_dispatch_gemm", "moe_combine", "check_routing", "Dispatch", "Routing"]
+__all__ = ["grouped_gemm", "check_grouped", "plan_grouped", "MoeArgumentError", "moe_dispatch", "moe_dispatch_gemm",
+           "moe_combine", "check_routing", "Dispatch", "Routing"]

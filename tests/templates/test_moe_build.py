@@ -218,8 +218,8 @@ def test_route_kernel_matches_the_layout_model(case, seed):
         offsets = m.alloc(4 * (experts // world), name="recv_offsets", rank=r, fill=0xEE)
         status = m.alloc(32, name="status", rank=r, fill=0)
         values = dict(ids=m.from_numpy(ids[r], rank=r), pairs=ids[r].size, experts=experts, local=experts // world,
-                      slots=slots, order=order, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world, status=status,
-                      timeout_ns=10**12, num_comm_sms=1, barrier_base=0, launch_base=0)
+                      slots=slots, order=order, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world,
+                      status=status, timeout_ns=10**12, num_comm_sms=1, barrier_base=0, launch_base=0)
         for name, (_, tables) in shared.items():
             values.update({f"{name}_peers": tables[r], f"{name}_mc": 0})
         m.launch(kernel, 1, moe_dispatch.ROUTE_THREADS, *route_args(kernel, values), rank=r)

@@ -9,10 +9,11 @@ inside one (source, expert) block, in the order the source's atomics hand out (s
 (``atom.shared.add`` returns each pair's position in its (source, expert) block), write the count row
 into every rank's count matrix (``st.global`` into peers), ``bar.sync``, then thread 0 adds 1 to every
 rank's ready counter (``red.release.sys``); the block computes the send order (below) and thread 0
-waits for its own counter to reach ``epoch · world`` (``ld.acquire.sys``, bounded), ``bar.sync``. With every rank's counts, each thread computes for its
-experts the destination base (rows of the owner's earlier experts, then rows of lower ranks for this
-expert) and this rank's receive layout (the end row of each local expert, torch's ``offs``), and
-turns each pair's position into its destination row (``slots``). Pairs whose expert id is outside
+waits for its own counter to reach ``epoch · world`` (``ld.acquire.sys``, bounded), ``bar.sync``.
+With every rank's counts, each thread computes for its experts the destination base (rows of the
+owner's earlier experts, then rows of lower ranks for this expert) and this rank's receive layout (the
+end row of each local expert, torch's ``offs``), and turns each pair's position into its destination
+row (``slots``). Pairs whose expert id is outside
 ``[0, E)`` get slot -1 and are dropped.
 
 Before it signals, route zeroes this rank's arrival counters (one per 128 received rows). That reset
