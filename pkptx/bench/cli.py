@@ -55,6 +55,8 @@ BENCHES = {
     "attention": Bench("bench_attention", "pkptx.attention against torch SDPA, cuDNN and flash (needs torch)",
                        r"attention bf16", PlotSpec("B x H x S x D", ("pkptx TFLOP/s", "cuDNN TFLOP/s", "flash TFLOP/s"),
                                                    "TFLOP/s", "bars")),
+    "moe": Bench("bench_moe", "grouped GEMM against torch._grouped_mm; MoE dispatch, fused dispatch+GEMM, combine",
+                 r"(grouped GEMM bf16|MoE layer half)", mpi=True),
     "copy": Bench("bench_tma", "TMA against register and copy-engine copies on one GPU", r"Copies on one GPU",
                   PlotSpec("bytes", ("TMA GB/s", "reg GB/s", "CE GB/s"), "GB/s", "sizes")),
     "launch": Bench("bench_launch", "host cost of one launch; bulk copy against cuMemcpy",
@@ -63,8 +65,7 @@ BENCHES = {
     "build": Bench("bench_build", "emit and assemble a 1000-instruction kernel (no GPU)", r"Build and assemble",
                    gpu=False),
 }
-NOT_YET = {"sp": "ring and Ulysses attention",
-           "moe": "MoE dispatch and expert GEMM"}
+NOT_YET = {"sp": "ring and Ulysses attention"}
 
 
 def parser() -> argparse.ArgumentParser:

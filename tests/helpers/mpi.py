@@ -102,3 +102,17 @@ def run(ranks: int, program: Path | str, *args: str, env: dict[str, str] | None 
                 data = json.loads(line)
                 results.setdefault(rank, {})[data.pop("section")] = data
     return proc, results
+
+
+def run_program_cases(ranks: int, program: str, section: str, *, env: dict, timeout: float) -> None:
+    """Run ``tests/templates/programs/<program>`` on ``ranks`` ranks and fail with the first failures
+    any rank recorded in its ``section`` report (a rank that ran no case fails too)."""
+    proc, results = run(ranks, Path("tests/templates/programs") / program, env=env, timeout=timeout)
+    output = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(results) == list(range(ranks)), output
+    for rank in range(ranks):
+        outcome = results[rank][section]
+        assert outcome["cases"] > 0, output
+        if outcome["failures"]:
+            pytest.fail(f"rank {rank}: " + json.dumps(outcome["failures"][:3], indent=1)[:4000])
+    assert proc.returncode == 0, output

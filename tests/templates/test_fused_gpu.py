@@ -2,15 +2,10 @@
 time-sliced or under MPS with SM shares, and at 1 rank beside work that holds half of the SMs."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from tests.helpers import mpi
 from tests.helpers.gpu import rank_env, sharing_cases, sharing_env
-
-PROGRAM = Path(__file__).resolve().parent / "programs" / "fused_program.py"
+from tests.helpers.mpi import run_program_cases
 
 
 @pytest.mark.gpu
@@ -18,12 +13,4 @@ PROGRAM = Path(__file__).resolve().parent / "programs" / "fused_program.py"
 @pytest.mark.parametrize("ranks, shares, hog", sharing_cases([1, 2, 3, 4]))
 def test_fused_kernels_match_numpy(gpu, ranks, shares, hog):
     env = rank_env(PKPTX_EXAMPLES="8" if hog else "18" if ranks < 4 else "12", **sharing_env(shares, hog))
-    proc, results = mpi.run(ranks, PROGRAM, env=env, timeout=540)
-    output = proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert sorted(results) == list(range(ranks)), output
-    for rank in range(ranks):
-        outcome = results[rank]["fused"]
-        assert outcome["cases"] > 0, output
-        if outcome["failures"]:
-            pytest.fail(f"rank {rank}: " + json.dumps(outcome["failures"][:3], indent=1)[:4000])
-    assert proc.returncode == 0, output
+    run_program_cases(ranks, "fused_program.py", "fused", env=env, timeout=540)

@@ -6,17 +6,16 @@ the reference itself; failures are recorded, not raised, so the ranks never dive
 """
 from __future__ import annotations
 
-import traceback
 
 import ml_dtypes
 import numpy as np
 from hypothesis import given, strategies as st
 
-from pkptx.launch import Device, SymmetricHeap, World, from_numpy
+from pkptx.launch import from_numpy
 from pkptx.ops import collectives, fused
 from pkptx.templates.kernels import ag_gemm, gemm_ar, gemm_rs
-from tests.helpers.hog import hog_from_env
-from tests.helpers.mpi import hyp, report
+from tests.helpers.cases import finish, recorded, rel_err, start
+from tests.helpers.mpi import hyp
 
 BF16 = ml_dtypes.bfloat16
 
@@ -26,17 +25,10 @@ def shards(seed, world, shape):
     return [rng.standard_normal(shape, dtype=np.float32).astype(BF16) for _ in range(world)]
 
 
-def rel_err(got, ref):
-    return float(np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30))
-
-
 def main() -> None:
-    world = World()
-    device = Device(world.device_ordinal()).set_current()
-    heap = SymmetricHeap(world, 256 << 20)
+    world, device, heap, hog = start()
     failures, cases = [], []
     w = world.size
-    hog = hog_from_env()
 
     def ready():
         """Inputs written everywhere; then (``PKPTX_TEST_HOG_MS``) half of the SMs taken by other work."""
@@ -53,7 +45,7 @@ def main() -> None:
         cases.append(dict(op=op, m=m, n=n, k=k, layout=layout, fused=fuse, num_comm_sms=comm))
         bshape = (n, k) if layout == "nk" else (k, n)
         buffers = []
-        try:
+        with recorded(world, failures, cases[-1], buffers):
             if op == "ag_gemm":
                 a_rows = shards(seed, w, (m // w, k))
                 b_local = shards(seed + 1, w, bshape)[world.rank]
@@ -89,17 +81,9 @@ def main() -> None:
             cases[-1]["err"] = err
             if not err < 1.5e-2:
                 failures.append(cases[-1])
-        except Exception:
-            failures.append(dict(cases[-1], error=traceback.format_exc()[-1500:]))
-        finally:
-            world.barrier(what="case done")
-            for buf in reversed(buffers):
-                buf.free()
 
     case()
-    report(world.rank, "fused", cases=len(cases), failures=failures, all_cases=cases)
-    heap.close()
-    world.close()
+    finish(world, heap, "fused", cases, failures)
 
 
 if __name__ == "__main__":
