@@ -27,7 +27,7 @@ from ..templates.kernels import all_to_all as all_to_all_kernel
 from ..templates.kernels import reduce_scatter as reduce_scatter_kernel
 from ..templates.runs import MAX_UNITS, RunMap, normalize_dim, split_at, unit_bytes
 from .common import ArgumentError, dtype_name, load
-from .plan import HeapOps, Plan, check_status, heap_ops
+from .plan import HeapOps, Plan, check_status, heap_ops, lookup
 
 OPS = ("sum", "max", "min")
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "DEFAULT_TIMEOUT_NS"]
@@ -51,8 +51,13 @@ def _check_buffer(fn: str, name: str, buf, world) -> str:
 
 
 def _ident(buf) -> tuple | None:
-    """What identifies a buffer in a plan key: the same on every rank (heap offset), and its shape and dtype."""
-    return None if buf is None else (id(buf.heap), buf.offset, buf.shape, buf.dtype)
+    """What identifies a buffer in a plan key: the same on every rank (heap and offset), and its shape and
+    dtype (anything else passed as a buffer gets a key that no plan has, and is refused by the checks)."""
+    if buf is None:
+        return None
+    if type(buf) is SymmetricBuffer:
+        return (id(buf.heap), buf.offset, buf.shape, buf.dtype)
+    return (id(buf),)
 
 
 def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBuffer | None = None,
@@ -64,17 +69,24 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
     "two_shot" (each rank reduces one slice and writes it everywhere), or "auto". Multimem forms are
     used when the heap has a multicast mapping. Returns the buffer holding the result.
     """
-    state = heap_ops("all_reduce", buf, world)
     key = ("all_reduce", _ident(buf), _ident(out), op, algorithm, timeout_ns, timeout)
-    plan = state.get(key)
+    state, plan = lookup("all_reduce", buf, world, key)
     if plan is None:
-        plan = state.make("all_reduce", key, stream, lambda: _plan_all_reduce(state, buf, world, op, out, algorithm,
-                                                                              timeout_ns, timeout))
+        cfg, n_vec, work, ns = _check_all_reduce(buf, world, op, out, algorithm, timeout_ns, timeout)
+        state = heap_ops("all_reduce", buf, world, stream)
+
+        def make() -> Plan:
+            kernel = load(all_reduce_kernel.build, cfg, state.device)
+            launch = state.prepare(kernel, cfg.threads, ns, work=-(-work // cfg.threads), n_vec=n_vec,
+                                   **state.layout_args("src", buf), **state.layout_args("dst", out or buf))
+            return Plan([launch.launch])
+        plan = state.make("all_reduce", key, stream, make)
     state.run(plan, plan.steps, stream)
     return buf if out is None else out
 
 
-def _plan_all_reduce(state: HeapOps, buf, world, op, out, algorithm, timeout_ns, timeout) -> Plan:
+def _check_all_reduce(buf, world, op, out, algorithm, timeout_ns, timeout):
+    """(kernel Config, vectors, vectors of work, timeout ns) for an all-reduce, or ArgumentError; no GPU."""
     dtype = _check_buffer("all_reduce", "buf", buf, world)
     if op not in OPS:
         raise ArgumentError(f"all_reduce: op must be one of {OPS}, got {op!r}")
@@ -93,12 +105,8 @@ def _plan_all_reduce(state: HeapOps, buf, world, op, out, algorithm, timeout_ns,
     ns = device_timeout_ns(world, timeout, timeout_ns, "all_reduce: timeout")
     multicast = buf.multicast_ptr is not None and (out or buf).multicast_ptr is not None and op == "sum"
     cfg = all_reduce_kernel.Config(dtype=dtype, op=op, algorithm=algorithm, multicast=multicast)
-    kernel = load(all_reduce_kernel.build, cfg, state.device)
     n_vec = -(-buf.nbytes // 16)        # heap allocations are padded to 16 bytes
-    work = -(-n_vec // world.size) if algorithm == "two_shot" else n_vec
-    launch = state.prepare(kernel, cfg.threads, ns, work=-(-work // cfg.threads), n_vec=n_vec,
-                           **state.layout_args("src", buf), **state.layout_args("dst", out or buf))
-    return Plan([launch.launch])
+    return cfg, n_vec, -(-n_vec // world.size) if algorithm == "two_shot" else n_vec, ns
 
 
 # ------------------------------------------------------------------ collectives along tensor dims
@@ -226,14 +234,16 @@ def _buffers(fn: str, buf, out, world, *, in_place_form: bool = True):
     return out, out is buf or (out.heap is buf.heap and out.offset == buf.offset)
 
 
-def _run_plan(fn: str, state: HeapOps, key, buf, out, world, stream, timeout_ns, timeout, check, build):
+def _run_plan(fn: str, key, buf, out, world, stream, timeout_ns, timeout, check, build):
     """The op's plan (``check(out, in_place)`` -> (Config, RunMap) on a miss), run on ``stream``."""
-    plan = state.get(key)
+    state, plan = lookup(fn, buf, world, key)
     if plan is None:
+        target, in_place = _buffers(fn, buf, out, world, in_place_form=fn != "all_to_all")
+        cfg, units = check(target, in_place)
+        ns = device_timeout_ns(world, timeout, timeout_ns, f"{fn}: timeout")
+        state = heap_ops(fn, buf, world, stream)
+
         def make() -> Plan:
-            target, in_place = _buffers(fn, buf, out, world, in_place_form=fn != "all_to_all")
-            cfg, units = check(target, in_place)
-            ns = device_timeout_ns(world, timeout, timeout_ns, f"{fn}: timeout")
             kernel = load(build, cfg, state.device)
             launch = state.prepare(kernel, cfg.threads, ns, work=-(-units.units // cfg.threads), **units.args(cfg.width),
                                    **state.layout_args("src", buf), **state.layout_args("dst", target))
@@ -251,13 +261,12 @@ def all_gather(buf: SymmetricBuffer, world, *, dim: int, out: SymmetricBuffer | 
     already sits in its slot (``buf[..., rank*m:(rank+1)*m, ...]`` along ``dim``). Multicast stores are
     used when the output has a multicast mapping and rows are a multiple of 16 bytes. Returns ``out``.
     """
-    state = heap_ops("all_gather", buf, world)
     key = ("all_gather", _ident(buf), _ident(out), dim, timeout_ns, timeout)
 
     def check(target, in_place):
         return check_all_gather(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank, dim=dim,
                                 in_place=in_place, multicast=target.multicast_ptr is not None)
-    return _run_plan("all_gather", state, key, buf, out, world, stream, timeout_ns, timeout, check,
+    return _run_plan("all_gather", key, buf, out, world, stream, timeout_ns, timeout, check,
                      all_gather_kernel.build)
 
 
@@ -270,13 +279,12 @@ def reduce_scatter(buf: SymmetricBuffer, world, *, dim: int, op: str = "sum", ou
     left as it was). Multimem loads are used when ``buf`` has a multicast mapping and rows are a multiple
     of 16 bytes (not for f32 min/max). Returns ``out``.
     """
-    state = heap_ops("reduce_scatter", buf, world)
     key = ("reduce_scatter", _ident(buf), _ident(out), dim, op, timeout_ns, timeout)
 
     def check(target, in_place):
         return check_reduce_scatter(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank, dim=dim,
                                     op=op, in_place=in_place, multicast=buf.multicast_ptr is not None)
-    return _run_plan("reduce_scatter", state, key, buf, out, world, stream, timeout_ns, timeout, check,
+    return _run_plan("reduce_scatter", key, buf, out, world, stream, timeout_ns, timeout, check,
                      reduce_scatter_kernel.build)
 
 
@@ -285,13 +293,12 @@ def all_to_all(buf: SymmetricBuffer, world, *, scatter_dim: int, gather_dim: int
     """Rank r's ``out`` gathers, along ``gather_dim``, chunk r (along ``scatter_dim``) of every rank's
     ``buf``: ``out_r[..., g-chunk s, ...] = buf_s[..., a-chunk r, ...]``; out of place only (``out`` is
     required). Returns ``out``."""
-    state = heap_ops("all_to_all", buf, world)
     key = ("all_to_all", _ident(buf), _ident(out), scatter_dim, gather_dim, timeout_ns, timeout)
 
     def check(target, in_place):
         return check_all_to_all(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank,
                                 scatter_dim=scatter_dim, gather_dim=gather_dim, in_place=in_place)
-    return _run_plan("all_to_all", state, key, buf, out, world, stream, timeout_ns, timeout, check,
+    return _run_plan("all_to_all", key, buf, out, world, stream, timeout_ns, timeout, check,
                      all_to_all_kernel.build)
 
 

@@ -131,7 +131,7 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
         raise ArgumentError(f"gemm_rs: out must be a ({m // world.size}, {n}) bf16 or f32 buffer with "
                             f"M = {m} divisible by the world size {world.size}; got {out.shape} {out.dtype}")
     ns = device_timeout_ns(world, timeout, timeout_ns, "gemm_rs: timeout")
-    state = heap_ops("gemm_rs", out, world)
+    state = heap_ops("gemm_rs", out, world, stream)
     cfg = rs_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k))
     rows = m // world.size
     if fused is None:
@@ -173,7 +173,7 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     m, n, k = check_shapes(a_shard.shape, a_shard.dtype, b.shape, b.dtype, b_layout=b_layout)
     _check_comm_sms("ag_gemm", num_comm_sms)
     ns = device_timeout_ns(world, timeout, timeout_ns, "ag_gemm: timeout")
-    state = heap_ops("ag_gemm", a_shard, world)
+    state = heap_ops("ag_gemm", a_shard, world, stream)
     cfg = ag_kernel.Config(_plan(a_shard.local, b, out_dtype, b_layout, m, n, k))
     out = out if out is not None else empty((m, n), a_shard.dtype)
     if fused is None:
@@ -214,7 +214,7 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
         raise ArgumentError(f"gemm_ar: out dtype must be bfloat16, float16 or float32, got {out.dtype}")
     _check_comm_sms("gemm_ar", num_comm_sms)
     ns = device_timeout_ns(world, timeout, timeout_ns, "gemm_ar: timeout")
-    state = heap_ops("gemm_ar", out, world)
+    state = heap_ops("gemm_ar", out, world, stream)
     cfg = ar_kernel.Config(_plan(a, b, out.dtype, b_layout, m, n, k), multicast=out.multicast_ptr is not None)
     if fused is None:
         fused = overlap_pays(m, n, cfg.gemm, world.size, context_sm_count(), row_sharded=False)

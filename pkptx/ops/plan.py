@@ -90,10 +90,7 @@ class HeapOps:
     def make(self, what: str, key, stream, build: Callable[[], Plan]) -> Plan:
         """Build, cache and return the plan for ``key`` (every rank in the same order: it may allocate
         from the heap); CaptureError while ``stream`` is being captured."""
-        if capturing(as_stream(stream).cu):
-            raise CaptureError(f"{what}: first call with these arguments inside a stream capture; call it once "
-                               "before capturing (its plan loads kernels and allocates flags and scratch, which "
-                               "would invalidate the capture)")
+        refuse_capture(what, stream)
         plan = build()
         self.plans[key] = plan
         if len(self.plans) > MAX_PLANS:
@@ -161,9 +158,31 @@ class HeapOps:
         self.plans.clear()          # the heap's memory goes with it: nothing to free one by one
 
 
-def heap_ops(what: str, buf, world) -> HeapOps:
-    """The HeapOps of ``buf``'s heap (made on first use, collectively), after checking that ``buf`` is a
-    SymmetricBuffer of ``world`` and that its heap is usable (open, not poisoned)."""
+def refuse_capture(what: str, stream) -> None:
+    """CaptureError when ``stream`` is being captured: what follows would invalidate the capture."""
+    if capturing(as_stream(stream).cu):
+        raise CaptureError(f"{what}: first call with these arguments inside a stream capture; call it once "
+                           "before capturing (its plan loads kernels and allocates flags and scratch, which "
+                           "would invalidate the capture)")
+
+
+def lookup(what: str, buf, world, key) -> tuple[HeapOps | None, Plan | None]:
+    """The hot path: ``buf``'s HeapOps and the plan for ``key``, or (None, None) when either is still to
+    be made (the caller then checks its arguments, without a GPU, before :func:`heap_ops`)."""
+    state = _states.get(buf.heap) if type(buf) is SymmetricBuffer else None
+    if state is None:
+        return None, None
+    heap = state.heap
+    if heap.world is not world:
+        raise ArgumentError(f"{what}: buf belongs to another World than the one passed")
+    if heap.poisoned is not None or heap.closed:
+        heap.check_usable(what)
+    return state, state.get(key)
+
+
+def heap_ops(what: str, buf, world, stream=None) -> HeapOps:
+    """The HeapOps of ``buf``'s heap (made on first use, collectively, never while ``stream`` captures),
+    after checking that ``buf`` is a SymmetricBuffer of ``world`` and that its heap is usable."""
     if not isinstance(buf, SymmetricBuffer):
         raise ArgumentError(f"{what}: buf must be a SymmetricBuffer (SymmetricHeap.alloc), got {type(buf).__name__}")
     heap = buf.heap
@@ -173,6 +192,7 @@ def heap_ops(what: str, buf, world) -> HeapOps:
         heap.check_usable(what)
     state = _states.get(heap)
     if state is None:
+        refuse_capture(what, stream)
         state = _states[heap] = HeapOps(heap)
     return state
 

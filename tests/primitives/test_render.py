@@ -111,7 +111,8 @@ def wait_lines(sem: str, scope: str, expected: str, flag_id: str) -> list[str]:
              "atom.global.cas.b32 %r, [%r], 0, 1;", "setp.eq.u32 %r, %r, 0;", "mov.u32 %r, %ctaid.x;",
              "@%r st.global.u32 [%r+4], %r;", f"@%r st.global.u32 [%r+8], {flag_id};",
              f"@%r st.global.u32 [%r+12], {expected};", "@%r st.global.u32 [%r+16], %r;",
-             "@%r st.global.u32 [%r+20], %r;", "exit;", "$L:", "bra $L;", "$L:"]
+             "@%r st.global.u32 [%r+20], %r;", "@%r st.global.u32 [%r+24], 4294967295;",
+             "@%r st.global.u32 [%r+28], 0;", "exit;", "$L:", "bra $L;", "$L:"]
             + ([f"fence.acq_rel.{scope};"] if sem == "relaxed" else []))
 
 
