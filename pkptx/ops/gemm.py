@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..launch import Device, TensorMap, as_dtype, empty, from_dlpack
 from ..launch.array import DeviceArray
 from ..launch.occupancy import context_sm_count, persistent_grid
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.status import device_status, device_timeout_ns
 from ..templates.gemm_parts import STAGING_BYTES, TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
@@ -80,9 +80,10 @@ def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: 
 
 
 def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Config | None = None,
-         timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+         timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
     """C = A·Bᵀ (``b_layout="nk"``: B is N x K) or C = A·B (``"kn"``: B is K x N) for row-major bf16/f16
-    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``."""
+    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``.
+    ``timeout=`` (seconds; default ``PKPTX_TIMEOUT_S`` or 60 s) bounds the kernel's waits."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     out = _as_array(out, "out") if out is not None else None
     out_dtype = out.dtype if out is not None else a.dtype
@@ -105,7 +106,8 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: kernel.Co
     args = ordered_args(launchable, dict(
         tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box),
         tmap_c=_tensor_map(out, cfg.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, rank=0, world=1,
-        status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0))
+        status=device_status(device).ptr, timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "gemm: timeout"),
+        num_comm_sms=0))
     launchable[grid, threads, cfg.smem_bytes](*args, stream=stream)
     return out
 
