@@ -339,8 +339,11 @@ class PreparedLaunch:
         self._launch_ex, self._handle, self._success = kernel._launch_ex, kernel._handle, kernel._success
 
     def launch(self, stream=None) -> None:
-        """Queue the launch on ``stream`` (None: the default stream)."""
-        h = 0 if stream is None else (stream.handle if type(stream) is Stream else as_stream(stream).handle)
+        """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
+        :func:`as_stream` takes)."""
+        kind = type(stream)
+        h = stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
+            as_stream(stream).handle
         native = self._natives.get(h)
         if native is None:
             native = self._natives[h] = self.kernel.native(self.config, h)

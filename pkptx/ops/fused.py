@@ -55,6 +55,14 @@ def _plan_for(state: HeapOps, what: str, key, stream, owned=lambda: ()) -> Plan:
     return plan if plan is not None else state.make(what, key, stream, lambda: Plan(owned=owned()))
 
 
+def _run_with_flags(state: HeapOps, what: str, key, stream, count: int, local_key, launch) -> None:
+    """Run the plan for ``key``, which owns a FlagArray of ``count`` counters in the heap, through its
+    one launch for these local operands (``launch(flags)`` prepares it, once per ``local_key``)."""
+    plan = _plan_for(state, what, key, stream, lambda: [FlagArray(state.heap, count)])
+    flags = plan.owned[0]
+    state.run(plan, plan.local(local_key, lambda: (launch(flags).launch,)), stream)
+
+
 def _prepare(state: HeapOps, kernel, cfg, timeout_ns: int, *, num_comm_sms: int, **values):
     """A persistent grid (what this context can hold at once) on the heap's progress flags."""
     return state.prepare(kernel, 128 * (1 + cfg.consumers), timeout_ns, smem=cfg.smem_bytes,
@@ -186,20 +194,15 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     num_comm_sms = _comm_sms("ag_gemm", num_comm_sms, lambda c: ag_gemm(
         a_shard, b, world, out=out, b_layout=b_layout, num_comm_sms=c, stream=stream, fused=True,
         timeout_ns=ns), world, (m, n, k))
-    tiles_m = -(-m // cfg.gemm.tile_m)
-    plan = _plan_for(state, "ag_gemm", ("ag_gemm", collectives._ident(a_shard), cfg, num_comm_sms, ns), stream,
-                     lambda: [FlagArray(a_shard.heap, tiles_m)])
-    ready = plan.owned[0]
-
-    def launches():
+    def launch(ready: FlagArray):
         kernel = load(ag_kernel.build, cfg, state.device)
-        launch = _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=num_comm_sms,
-                          **_gemm_args(cfg.gemm, _tensor_map(a_shard.local, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
-                          tmap_c=_tensor_map(out, cfg.gemm.c_box), rows_per_rank=m // world.size, row_bytes=k * 2,
-                          **state.layout_args("a", a_shard), **state.layout_args("ready", ready.buffer))
-        return (launch.launch,)
+        return _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=num_comm_sms,
+                        **_gemm_args(cfg.gemm, _tensor_map(a_shard.local, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
+                        tmap_c=_tensor_map(out, cfg.gemm.c_box), rows_per_rank=m // world.size, row_bytes=k * 2,
+                        **state.layout_args("a", a_shard), **state.layout_args("ready", ready.buffer))
 
-    state.run(plan, plan.local((_ident(b), _ident(out)), launches), stream)
+    _run_with_flags(state, "ag_gemm", ("ag_gemm", collectives._ident(a_shard), cfg, num_comm_sms, ns), stream,
+                    -(-m // cfg.gemm.tile_m), (_ident(b), _ident(out)), launch)
     return out
 
 
@@ -224,18 +227,14 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
     num_comm_sms = _comm_sms("gemm_ar", num_comm_sms, lambda c: gemm_ar(
         a, b, world, out=out, b_layout=b_layout, num_comm_sms=c, stream=stream, fused=True,
         timeout_ns=ns), world, (m, n, k))
-    slots = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n) * world.size * cfg.gemm.consumers
-    plan = _plan_for(state, "gemm_ar", ("gemm_ar", collectives._ident(out), cfg, num_comm_sms, ns), stream,
-                     lambda: [FlagArray(out.heap, slots)])
-    done = plan.owned[0]
-
-    def launches():
+    def launch(done: FlagArray):
         kernel = load(ar_kernel.build, cfg, state.device)
-        launch = _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=num_comm_sms,
-                          **_gemm_args(cfg.gemm, _tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
-                          tmap_c=_tensor_map(out.local, cfg.gemm.c_box), m=m, n=n,
-                          **state.layout_args("c", out), **state.layout_args("done", done.buffer))
-        return (launch.launch,)
+        return _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=num_comm_sms,
+                        **_gemm_args(cfg.gemm, _tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
+                        tmap_c=_tensor_map(out.local, cfg.gemm.c_box), m=m, n=n,
+                        **state.layout_args("c", out), **state.layout_args("done", done.buffer))
 
-    state.run(plan, plan.local((_ident(a), _ident(b)), launches), stream)
+    slots = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n) * world.size * cfg.gemm.consumers
+    _run_with_flags(state, "gemm_ar", ("gemm_ar", collectives._ident(out), cfg, num_comm_sms, ns), stream, slots,
+                    (_ident(a), _ident(b)), launch)
     return out
