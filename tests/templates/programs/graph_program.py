@@ -37,8 +37,8 @@ def data(seed, shape, dtype=np.float32):
 
 
 def cases(world, heap):
-    """(name, setup, call, output, exact): setup() writes the inputs, call(stream) queues one op,
-    output() reads the result. Every call is out of place (or idempotent), so 100 in a row equal one."""
+    """(name, setup, call, output, exact): setup() writes the inputs, call(stream) queues one op, output
+    is the DeviceArray it writes. Every call is out of place (or idempotent), so 100 in a row equal one."""
     w, r = world.size, world.rank
     x, y = heap.alloc((1000, 24), np.float32), heap.alloc((1000, 24), np.float32)
     g_in, g_out = heap.alloc((96, 10), BF16), heap.alloc((96, 10 * w), BF16)
@@ -54,24 +54,24 @@ def cases(world, heap):
     mine = data(r + 30, (m // w, k), BF16)
     return [
         ("all_reduce", lambda: x.local.copy_from_numpy(data(r, x.shape)),
-         lambda s: collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=s), y.local.to_numpy, True),
+         lambda s: collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=s), y.local, True),
         ("all_gather", lambda: g_in.local.copy_from_numpy(data(r + 1, g_in.shape, BF16)),
-         lambda s: collectives.all_gather(g_in, world, dim=1, out=g_out, stream=s), g_out.local.to_numpy, True),
+         lambda s: collectives.all_gather(g_in, world, dim=1, out=g_out, stream=s), g_out.local, True),
         ("reduce_scatter", lambda: s_in.local.copy_from_numpy(data(r + 2, s_in.shape)),
-         lambda s: collectives.reduce_scatter(s_in, world, dim=0, out=s_out, stream=s), s_out.local.to_numpy, True),
+         lambda s: collectives.reduce_scatter(s_in, world, dim=0, out=s_out, stream=s), s_out.local, True),
         ("all_to_all", lambda: t_in.local.copy_from_numpy(data(r + 3, t_in.shape, BF16)),
          lambda s: collectives.all_to_all(t_in, world, scatter_dim=1, gather_dim=0, out=t_out, stream=s),
-         t_out.local.to_numpy, True),
+         t_out.local, True),
         ("gemm_rs", lambda: None,
-         lambda s: fused.gemm_rs(a, b, world, out=rs_out, fused=True, stream=s), rs_out.local.to_numpy, False),
+         lambda s: fused.gemm_rs(a, b, world, out=rs_out, fused=True, stream=s), rs_out.local, False),
         ("gemm_ar", lambda: None,
          lambda s: fused.gemm_ar(a, b, world, out=ar_out, fused=True, num_comm_sms=2, stream=s),
-         ar_out.local.to_numpy, True),
+         ar_out.local, True),
         ("ag_gemm", lambda: a_full.local.copy_from_numpy(
             np.concatenate([np.full((r * (m // w), k), np.nan, BF16), mine,
                             np.full(((w - r - 1) * (m // w), k), np.nan, BF16)])),
          lambda s: fused.ag_gemm(a_full, b, world, out=ag_out, fused=True, num_comm_sms=2, stream=s),
-         ag_out.to_numpy, True),
+         ag_out, True),
     ]
 
 
@@ -88,22 +88,29 @@ def graphs(world, device, heap) -> dict:
     failures, names = [], []
     for name, setup, call, output, exact in cases(world, heap):
         names.append(name)
+
+        def poison(what: str) -> None:
+            """NaN in the output everywhere before any rank runs again (so work not done shows)."""
+            output.fill(float("nan"))
+            device.synchronize()
+            world.barrier(what=f"{name}: {what}")
         try:
             setup()
-            device.synchronize()
-            world.barrier(what=f"{name}: inputs written")
+            poison("inputs written")
             call(stream)                                   # the plan, and the eager result
             collectives.synchronize(stream, what=f"{name} eager")
-            want = output()
+            want = output.to_numpy()
             with capture(stream) as cap:
                 for _ in range(CALLS):
                     call(stream)
+            poison("captured")
             cap.graph.replay(REPLAYS, stream)
             collectives.synchronize(stream, what=f"{name} replays")
-            bad = mismatch(output(), want, exact)
+            bad = mismatch(output.to_numpy(), want, exact)
+            poison("replayed")
             call(stream)                                   # eager again, after the graph's launches
             collectives.synchronize(stream, what=f"{name} eager after replays")
-            bad = bad or mismatch(output(), want, exact)
+            bad = bad or mismatch(output.to_numpy(), want, exact)
             if bad:
                 failures.append(dict(op=name, error=bad))
         except Exception:
