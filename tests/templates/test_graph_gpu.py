@@ -1,7 +1,8 @@
 """Collectives and fused ops captured into CUDA graphs (100 calls, replayed 3 times, on a non-blocking
 stream; and inside torch.cuda.graph when torch is installed) must equal eager calls, at 1 to 4 ranks on
 GPU 0 (time-sliced, or under MPS with SM shares); and after a rank refuses a call, every waiting rank
-names it, the heap refuses calls until heap.reset(), and good calls work after the reset."""
+names it, the heap refuses calls until heap.reset(), and good calls work after the reset; a rank that
+comes late is named by the others and names them."""
 from __future__ import annotations
 
 import json
@@ -59,4 +60,15 @@ def test_refused_call_then_reset(gpu, ranks):
         assert got["missing"] == [1], got
         assert "no signal from rank 1" in got["timeout"], got
         assert "heap.reset()" in got["poisoned"], got
+    assert all(not o["failures"] for o in outcome), outcome
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+def test_a_late_rank_is_named_by_the_others_and_names_them(gpu):
+    """Rank 1 of 3 launches after the others gave up: they name rank 1; it names ranks 0 and 2."""
+    outcome = _run(3, None, "late")
+    assert outcome[0]["missing"] == [1] and outcome[2]["missing"] == [1], outcome
+    assert outcome[1]["missing"] == [0, 2], outcome
+    assert "no signal from ranks 0, 2" in outcome[1]["timeout"], outcome
     assert all(not o["failures"] for o in outcome), outcome

@@ -8,13 +8,16 @@ eager call after the replays too (the device-side epochs continue across graphs 
 ``torch``: the same for all_reduce inside ``torch.cuda.graph`` when torch is installed.
 ``recovery``: rank 1 refuses an all-reduce (bad op) while the others launch it; each waiting rank must
 get a DeviceTimeoutError naming rank 1, the heap must then refuse calls, and after ``heap.reset()`` on
-every rank good calls must give correct results. Failures are recorded, not raised, so ranks never
-diverge.
+every rank good calls must give correct results. ``late``: rank 1 launches an all-reduce after the
+others have given up on it; ranks 0, 2, ... must name rank 1, and rank 1 (whose closing barrier then
+waits in vain) must name every other rank; a reset brings all back. Failures are recorded, not raised,
+so ranks never diverge.
 """
 from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 import ml_dtypes
@@ -130,14 +133,14 @@ def torch_graph(world, heap) -> dict:
     world.barrier(what="torch: inputs written")
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=side.cuda_stream)   # warm-up: plan
-    collectives.synchronize(side.cuda_stream, what="torch warm-up")
+        collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=side)   # warm-up: the plan
+    collectives.synchronize(side, what="torch warm-up")
     want = y.local.to_numpy()
     y.local.fill(0)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        s = torch.cuda.current_stream().cuda_stream
+        s = torch.cuda.current_stream()                 # the capture stream, passed as a torch stream
         for _ in range(10):
             collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=s)
     for _ in range(REPLAYS):
@@ -183,17 +186,46 @@ def recovery(world, device, heap) -> dict:
     return out
 
 
+def late(world, device, heap) -> dict:
+    out = dict(failures=[])
+    x = heap.alloc((5000,), np.float32)
+    x.local.fill(1.0)
+    collectives.all_reduce(x, world)
+    collectives.synchronize(what="late: warm-up")
+    device.synchronize()
+    world.barrier(what="late: ready")
+    if world.rank == 1:
+        time.sleep(3.0)                            # the others give up after 1 s
+    collectives.all_reduce(x, world, timeout=1.0)
+    try:
+        collectives.synchronize(what="late all_reduce")
+        out["failures"].append("no DeviceTimeoutError")
+    except DeviceTimeoutError as exc:
+        out.update(timeout=str(exc), missing=exc.missing)
+    heap.reset()
+    x.local.fill(1.0)
+    device.synchronize()
+    world.barrier(what="late: after reset")
+    collectives.all_reduce(x, world)
+    collectives.synchronize(what="late: after reset")
+    if not np.all(x.local.to_numpy() == world.size):
+        out["failures"].append("wrong all_reduce after the reset")
+    return out
+
+
 def main() -> None:
     world = World()
     device = Device(world.device_ordinal()).set_current()
     heap = SymmetricHeap(world, 64 << 20)
-    wanted = sys.argv[1:] or ["graphs", "torch", "recovery"]
+    wanted = sys.argv[1:] or ["graphs", "torch", "recovery", "late"]
     if "graphs" in wanted:
         report(world.rank, "graphs", **graphs(world, device, heap))
     if "torch" in wanted:
         report(world.rank, "torch", **torch_graph(world, heap))
     if "recovery" in wanted and world.size > 1:
         report(world.rank, "recovery", **recovery(world, device, heap))
+    if "late" in wanted and world.size > 1:
+        report(world.rank, "late", **late(world, device, heap))
     heap.close()
     world.close()
 
