@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 import math
 import numbers
+import os
 import struct
 import threading
 from math import prod
@@ -25,7 +27,7 @@ from ..errors import LaunchError, PkptxError
 from .array import DeviceArray, device_pointer
 from .config import PORTABLE_CLUSTER, LaunchConfig
 from .device import Device, Stream, as_stream
-from .driver import check, driver
+from .driver import check, driver, ensure_init
 from .module import get_function
 from .tensormap import TensorMap
 
@@ -326,17 +328,23 @@ class PreparedLaunch:
 
     The arguments are fixed: their values were packed at prepare time, and the argument objects are
     kept (so arrays passed in stay allocated while the launch exists). Native configs are kept per
-    stream.
+    stream. A launch calls the driver's ``cuLaunchKernelEx`` through ctypes on the addresses of the
+    native config and the packed arguments (:func:`direct_launch`), which skips the bindings' argument
+    conversion, most of a launch's host cost; where that is not available (or ``cuda.bindings`` is
+    replaced, as the fake driver of the CPU tests does) it goes through ``cuda.bindings``.
     """
-    __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success")
+    __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success",
+                 "_direct", "_function")
 
     def __init__(self, kernel: Kernel, config: LaunchConfig, args: tuple):
         if not isinstance(config, LaunchConfig):
             raise LaunchError(f"prepare(config={config!r}): expected a LaunchConfig")
         self.kernel, self.config, self.args = kernel, config, tuple(args)
         self._params, self._buffer = kernel.packer.pack_owned(self.args)
-        self._natives: dict[int, object] = {}
+        self._natives: dict[int, tuple] = {}
         self._launch_ex, self._handle, self._success = kernel._launch_ex, kernel._handle, kernel._success
+        self._direct = None if inspect.isfunction(kernel._launch_ex) else direct_launch()
+        self._function = int(self._handle)
 
     def launch(self, stream=None) -> None:
         """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
@@ -344,12 +352,35 @@ class PreparedLaunch:
         kind = type(stream)
         h = stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
             as_stream(stream).handle
-        native = self._natives.get(h)
-        if native is None:
-            native = self._natives[h] = self.kernel.native(self.config, h)
-        err = self._launch_ex(native, self._handle, self._params, 0)[0]
+        entry = self._natives.get(h)
+        if entry is None:
+            native = self.kernel.native(self.config, h)
+            entry = self._natives[h] = (native, native.getPtr())
+        if self._direct is not None:
+            code = self._direct(entry[1], self._function, self._params, None)
+            if code:
+                self.kernel._failed(driver().CUresult(code), entry[0], self._params)
+            return
+        err = self._launch_ex(entry[0], self._handle, self._params, 0)[0]
         if err is not self._success:
-            self.kernel._failed(err, native, self._params)
+            self.kernel._failed(err, entry[0], self._params)
+
+
+_direct: list = []
+
+
+def direct_launch():
+    """``cuLaunchKernelEx`` of the libcuda that cuda.bindings already loaded (``RTLD_NOLOAD``: never a
+    second copy), as a ctypes function of four addresses, or None when it cannot be had."""
+    if not _direct:
+        ensure_init()
+        try:
+            fn = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD).cuLaunchKernelEx
+            fn.argtypes, fn.restype = (ctypes.c_void_p,) * 4, ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _direct.append(fn)
+    return _direct[0]
 
 
 class Bound(functools.partial):

@@ -190,3 +190,15 @@ def test_prepared_launch_packs_once(fake):
     for _ in range(3):
         prepared.launch()
     assert len({launch[2] for launch in fake.launches}) == 1
+
+
+def test_a_framework_stream_object_is_taken_by_its_cuda_stream_handle(heap, fake):
+    """What torch.cuda.graph hands out: an object with an int ``cuda_stream``."""
+    class TorchLikeStream:
+        def __init__(self, handle: int):
+            self.cuda_stream = handle
+
+    x = heap.alloc((64,), np.float32)
+    mine = Stream(non_blocking=True)
+    collectives.all_reduce(x, heap.world, stream=TorchLikeStream(mine.handle))
+    assert fake.launches[-1][1] == mine.handle
