@@ -86,6 +86,9 @@ class LaunchFakeDriver(FakeDriver):
     def cuModuleGetFunction(self, module, name):
         return OK, self._handle(cu.CUfunction)
 
+    def cuFuncLoad(self, fn):
+        return (OK,)
+
     def cuFuncGetAttribute(self, attribute, fn):
         F = cu.CUfunction_attribute
         return OK, {F.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}.get(attribute, 0)

@@ -40,6 +40,7 @@ def heap(fake):
 
 def test_100_captured_launches_of_a_plain_kernel_make_only_launches(fake):
     k = Kernel.load(K.axpy("float32").compile())
+    assert "cuFuncLoad" in fake.calls               # loaded now, not lazily at a launch inside a capture
     stream = Stream(non_blocking=True)
     x, y = empty(256, "float32", stream=stream), empty(256, "float32", stream=stream)
     doomed = empty(256, "float32", stream=stream)
