@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import CudaError
+from . import device as device_module
 from .capture_state import capturing
 from .device import Device, release
 from .driver import call, driver
@@ -42,6 +43,8 @@ class DriverPool:
         """Stream-ordered free; while ``stream`` is being captured into a graph the free waits (a free
         of memory the graph did not allocate would invalidate the capture) until the next free or the
         end of a :func:`pkptx.launch.capture`."""
+        if device_module._exiting:  # at exit nothing is freed (release() says why)
+            return
         try:
             defer = capturing(stream)
         except CudaError:           # the context is going away: release() decides what a free means then
