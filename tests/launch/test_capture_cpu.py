@@ -157,9 +157,13 @@ def test_a_timeout_poisons_the_heap_until_reset(heap, fake):
         collectives.all_reduce(x, world)
     flags = state.flags.buffer.local
     flags.copy_from_numpy(np.arange(flag_words(world.size), dtype=np.uint32) + 7)
+    owned = plans.FlagArray(heap, 16)                       # a fused op's flags, owned by its plan
+    state.plans["fused"] = plans.Plan(owned=[owned])
+    owned.buffer.local.copy_from_numpy(np.full(16, 5, np.uint32))
     heap.reset()
     assert heap.poisoned is None
     assert not flags.to_numpy().any()                       # ROUNDS, ARRIVED and the rest back to 0
+    assert not owned.buffer.local.to_numpy().any()
     assert ROUNDS < ARRIVED
     collectives.all_reduce(x, world)
     collectives.synchronize()
