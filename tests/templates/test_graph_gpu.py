@@ -19,15 +19,18 @@ from mpi_programs import launcher  # noqa: E402
 CASES = [c for c in sharing_cases([1, 2, 3, 4]) if not c.values[2]]     # a hog's 0.5 s timeout: not here
 
 
-def _run(ranks, shares, section):
+def _run(ranks, shares, *sections):
+    """Every rank's reports of ``sections`` (one dict per rank; a dict per section when several)."""
     if launcher.find_launcher() is None:
         pytest.skip("no mpiexec/mpirun to start the ranks")
-    proc, results = launcher.run(ranks, "../../templates/programs/graph_program.py", section,
+    proc, results = launcher.run(ranks, "../../templates/programs/graph_program.py", *sections,
                                  env=rank_env(**sharing_env(shares, False)), timeout=110)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
     assert proc.returncode == 0, output
-    return [results[r][section] for r in range(ranks)]
+    if len(sections) == 1:
+        return [results[r][sections[0]] for r in range(ranks)]
+    return [{name: results[r][name] for name in sections} for r in range(ranks)]
 
 
 @pytest.mark.gpu
@@ -51,24 +54,19 @@ def test_all_reduce_inside_torch_cuda_graph(gpu):
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_refused_call_then_reset(gpu, ranks):
-    outcome = _run(ranks, None, "recovery")
-    assert "op must be one of" in outcome[1]["refused"]
-    for rank in [r for r in range(ranks) if r != 1]:
-        got = outcome[rank]
+def test_a_refused_call_and_a_late_rank_are_named_and_reset(gpu):
+    """3 ranks, one run. Recovery: rank 1 refuses a call the others launch; they name rank 1, refuse
+    calls until heap.reset(), and work after it. Late: rank 1 launches after the others gave up; they
+    name rank 1, it names ranks 0 and 2, and a reset brings all back."""
+    outcome = _run(3, None, "recovery", "late")
+    recovery = [o["recovery"] for o in outcome]
+    assert "op must be one of" in recovery[1]["refused"], recovery[1]
+    for got in (recovery[0], recovery[2]):
         assert got["missing"] == [1], got
         assert "no signal from rank 1" in got["timeout"], got
         assert "heap.reset()" in got["poisoned"], got
-    assert all(not o["failures"] for o in outcome), outcome
-
-
-@pytest.mark.gpu
-@pytest.mark.mpi
-def test_a_late_rank_is_named_by_the_others_and_names_them(gpu):
-    """Rank 1 of 3 launches after the others gave up: they name rank 1; it names ranks 0 and 2."""
-    outcome = _run(3, None, "late")
-    assert outcome[0]["missing"] == [1] and outcome[2]["missing"] == [1], outcome
-    assert outcome[1]["missing"] == [0, 2], outcome
-    assert "no signal from ranks 0, 2" in outcome[1]["timeout"], outcome
-    assert all(not o["failures"] for o in outcome), outcome
+    late = [o["late"] for o in outcome]
+    assert late[0]["missing"] == [1] and late[2]["missing"] == [1], late
+    assert late[1]["missing"] == [0, 2], late
+    assert "no signal from ranks 0, 2" in late[1]["timeout"], late
+    assert all(not o["failures"] for o in recovery + late), outcome
