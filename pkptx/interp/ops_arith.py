@@ -79,8 +79,12 @@ def _div(ty):
                                                                               np_dtype(ty))
 
     def div(a, b):
+        """Rounds toward zero: numpy's floor division, moved up by one where the signs differ and it was
+        inexact (np.abs would overflow on the most negative value, e.g. 30 / -2**31)."""
         safe = np.where(b == 0, np.ones_like(b), b)
-        q = np.abs(a) // np.abs(safe) * np.sign(a) * np.sign(safe) if ty.kind == "s" else a // safe
+        q = a // safe
+        if ty.kind == "s":
+            q = np.where((a - q * safe != 0) & ((a < 0) != (safe < 0)), q + 1, q)
         return np.where(b == 0, ones, q).astype(a.dtype)
     return div
 
