@@ -66,7 +66,19 @@ class WorldError(PkptxError):
 
 
 class DeviceTimeoutError(WorldError):
-    """A bounded device-side wait expired; names the rank, flag and the value it waited for."""
+    """A bounded device-side wait expired; names the rank that waited and, where the wait can tell
+    (barriers, per-peer flags), the ranks whose signal is missing (``.rank``, ``.missing``)."""
+    rank: int | None = None
+    missing: list[int] = []
+
+
+class CaptureError(LaunchError):
+    """A call that cannot happen while its stream is being captured into a CUDA graph."""
+
+
+class HeapStateError(WorldError):
+    """A symmetric heap whose device counters may be out of step between ranks (after a device timeout):
+    every rank must call ``heap.reset()`` before the next op on it."""
 
 
 class BenchError(PkptxError):

@@ -9,7 +9,8 @@ on one GPU it reports what pkptx achieves there (see the note it prints: not NVL
 Sizes follow nccl-tests: the all-reduce and all-to-all buffer, the all-gather output, the
 reduce-scatter input. busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the other three.
 Inputs are small integers (exact in bf16 even when summed over 16 ranks), so every size is checked
-exactly against numpy.
+exactly against numpy. Up to 4 KiB the host time of one call is measured too (every rank makes the
+same calls, back to back, the queue drained between rounds): the goal is <= 8 us.
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ import sys
 import numpy as np
 
 from . import nccl
-from .common import GPU_ONLY_NS, report, sharing
+from .common import GPU_ONLY_NS, host_us_interleaved, report, sharing
 from .progress import progress
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+HOST_TIMED_BYTES = 4096          # sizes whose host time per call is measured (small: the goal is for them)
+HOST_CALLS = 200
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 
@@ -131,10 +134,13 @@ def main(argv=None) -> int:
             t = time_cuda(lambda: case.run(stream), stream=stream, warmup=2, repeats=args.repeats,
                           hold_ns=GPU_ONLY_NS).median_ms
             t_call = time_cuda(lambda: case.run(stream), stream=stream, warmup=0, repeats=args.repeats).median_ms
+            host = (host_us_interleaved([lambda: case.run(stream)], HOST_CALLS, rounds=3)[0]
+                    if nbytes <= HOST_TIMED_BYTES else None)
             collectives.synchronize(stream, what=f"timed {name}")
             size = n * item
             algbw = size / (t * 1e-3) / 1e9
-            row = [size, n, t * 1e3, t_call * 1e3, algbw, algbw * BUS_FACTOR[name](world.size), "ok" if ok else "WRONG"]
+            row = [size, n, t * 1e3, t_call * 1e3, "-" if host is None else f"{host:.2f}", algbw,
+                   algbw * BUS_FACTOR[name](world.size), "ok" if ok else "WRONG"]
             if dist is not None:
                 t_nccl = case.nccl_ms(dist, args.repeats, torch_dtype)
                 row += [t_nccl * 1e3, size / (t_nccl * 1e-3) / 1e9 * BUS_FACTOR[name](world.size),
@@ -144,11 +150,12 @@ def main(argv=None) -> int:
             world.barrier(what="size done")
         suffix, sharing_note = sharing(world)
         if world.rank == 0:
-            headers = ["bytes", "elements", "time us", "call us", "algbw GB/s", "busbw GB/s", "check"]
+            headers = ["bytes", "elements", "time us", "call us", "host us/call", "algbw GB/s", "busbw GB/s", "check"]
             if dist is not None:
                 headers += ["NCCL us", "NCCL busbw GB/s", "NCCL time / pkptx time"]
             note = (sharing_note + "Median of CUDA-event timings; time: GPU time (a GPU spin before each repeat hides the host), "
-                    "algbw from it; call: from the Python call on an idle GPU, host overhead included; " +
+                    "algbw from it; call: from the Python call on an idle GPU, host overhead included; host us/call: "
+                    f"Python time per call, {HOST_CALLS} calls back to back (goal <= 8 us); " +
                     ("NCCL through torch.distributed in the same run." if dist is not None else
                      "no NCCL column: NCCL needs a GPU per rank."))
             report(f"{name} {args.dtype}, {world.size} rank(s) on {min(gpus, world.size)} GPU(s){suffix}", headers,

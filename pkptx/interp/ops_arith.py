@@ -88,6 +88,8 @@ def _div(ty):
     ones = np.array(-1).astype(np_dtype(ty))        # all bits set: the quotient of a division by zero
 
     def div(a, b):
+        """Rounds toward zero: numpy's floor division, moved up by one where the signs differ and it was
+        inexact (np.abs would overflow on the most negative value, e.g. 30 / -2**31)."""
         safe = np.where(b == 0, np.ones_like(b), b)
         q = _truncated_quotient(a, safe) if ty.kind == "s" else a // safe
         return np.where(b == 0, ones, q).astype(a.dtype)

@@ -87,8 +87,10 @@ class Warp:
 
     def poll(self, note) -> None:
         """Record a poll of memory that others may change (a flag load, a failed mbarrier test).
-        Polling twice at one pc with no change anywhere in between means the warp spins."""
-        mark = (self.current_pc(), self.machine.epoch)
+        Polling twice at one pc and the same addresses with no change anywhere in between means the
+        warp spins (one load walking several flags, as a wait on every peer's slot does, does not)."""
+        where = note[2][note[3]].tobytes() if note[0] == "flag" else None
+        mark = (self.current_pc(), self.machine.epoch, where)
         if self.last_poll == mark:
             self.spinning = self.machine.epoch
         self.last_poll, self.poll_note = mark, note

@@ -9,7 +9,7 @@ from .device import Device, Event, Stream, synchronize
 from .dlpack import DLPackError
 from .flags import FlagArray, host_barrier
 from .graph import Capture, Graph, capture
-from .launch import Kernel, Packer, launch
+from .launch import Kernel, Packer, PreparedLaunch, launch
 from .module import Function, get_function
 from .multicast import multicast_policy
 from .pool import CachingPool, DriverPool, default_pool, set_default_pool
@@ -24,7 +24,7 @@ __all__ = [
     "Device", "Event", "Stream", "synchronize",
     "DLPackError",
     "Capture", "Graph", "capture",
-    "Kernel", "Packer", "launch",
+    "Kernel", "Packer", "PreparedLaunch", "launch",
     "Function", "get_function",
     "CachingPool", "DriverPool", "default_pool", "set_default_pool",
     "TensorMap", "TensorMapError", "TiledSpec", "describe_tiled",

@@ -180,8 +180,9 @@ class Stream:
 
     @classmethod
     def wrap(cls, obj, device: Device | None = None) -> "Stream":
-        """Borrow a stream: a :class:`Stream`, an int handle, a ``CUstream`` or any object with
-        ``__cuda_stream__`` (returning ``(version, handle)``). ``obj`` is kept alive."""
+        """Borrow a stream: a :class:`Stream`, an int handle, a ``CUstream``, any object with
+        ``__cuda_stream__`` (returning ``(version, handle)``) or with an int ``cuda_stream`` (a
+        ``torch.cuda.Stream``, e.g. the capture stream inside ``torch.cuda.graph``). ``obj`` is kept alive."""
         if isinstance(obj, Stream):
             return obj
         if hasattr(obj, "__cuda_stream__"):
@@ -190,13 +191,15 @@ class Stream:
                 raise LaunchError(f"{type(obj).__name__}.__cuda_stream__() returned {proto!r}; "
                                   "expected (version, handle)")
             handle = int(proto[1])
+        elif isinstance(getattr(obj, "cuda_stream", None), int):
+            handle = obj.cuda_stream
         elif isinstance(obj, int) and not isinstance(obj, bool):
             handle = obj
         elif isinstance(obj, driver().CUstream):
             handle = int(obj)
         else:
             raise LaunchError(f"stream={obj!r}: expected a pkptx Stream, None, an int handle, a CUstream "
-                              "or an object with __cuda_stream__")
+                              "or an object with __cuda_stream__ or cuda_stream")
         self = object.__new__(cls)
         self.handle, self.cu = handle, driver().CUstream(handle)
         self.device, self._owned, self._keep = device, False, obj

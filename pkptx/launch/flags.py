@@ -26,10 +26,21 @@ class FlagArray:
         self.buffer = heap.alloc((count,), np.uint32)
         self.count = self.buffer.shape[0]
         with heap.world.step("FlagArray: zero this rank's counters"):
-            with heap.current_context():
-                call("cuMemsetD32", self.buffer.local_ptr, 0, self.count)
-                call("cuCtxSynchronize")
+            self.zero()
         self.epoch = 0
+
+    def zero(self) -> None:
+        """This rank's counters := 0, once no kernel runs (synchronous; not for inside a capture). Peers
+        may signal again only after a host barrier that follows this on every rank."""
+        with self.buffer.heap.current_context():
+            call("cuCtxSynchronize")
+            call("cuMemsetD32", self.buffer.local_ptr, 0, self.count)
+            call("cuCtxSynchronize")
+        self.epoch = 0
+
+    def free(self) -> None:
+        """Give the counters back to the heap (every rank in the same order, once no kernel uses them)."""
+        self.buffer.free()
 
     def advance(self) -> int:
         """Begin the next use; returns its epoch (1, 2, ...). Every rank calls it in step."""

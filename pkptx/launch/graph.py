@@ -6,7 +6,13 @@ host cost.
         k2[grid, block](y, stream=stream)
     cap.graph.launch(stream)         # replays both
 
-Arguments are baked in at capture (the driver copies them), so replays reuse the same buffers.
+Arguments are baked in at capture (the driver copies them), so replays reuse the same buffers. The
+host ops (collectives, fused ops) keep every number that changes between calls in device memory, so
+their captured launches replay correctly any number of times; call each op once before capturing (its
+first call builds a plan: kernels, flags, scratch, which a capture forbids). Captures work on any
+stream of your own, blocking or not, and on a framework's (``torch.cuda.graph``: pass
+``stream=torch.cuda.current_stream()`` to the ops inside it). Frees of pkptx arrays on a capturing
+stream wait until the capture ends.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from contextlib import contextmanager
 from ..errors import CudaError, LaunchError
 from .device import Stream, as_stream, release
 from .driver import call, driver
+from .pool import flush_deferred_frees
 
 _MODES = ("global", "thread_local", "relaxed")
 
@@ -68,8 +75,10 @@ def capture(stream: Stream, mode: str = "thread_local"):
             release("cuGraphDestroy", call("cuStreamEndCapture", s.cu))
         except CudaError:
             pass                               # the capture was invalidated by that error
+        flush_deferred_frees()
         raise
     graph = call("cuStreamEndCapture", s.cu)
+    flush_deferred_frees()
     try:
         holder.graph = Graph(graph, call("cuGraphInstantiate", graph, 0))
     except BaseException:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 import math
 import numbers
+import os
 import struct
 import threading
 from math import prod
@@ -25,7 +27,7 @@ from ..errors import LaunchError, PkptxError
 from .array import DeviceArray, device_pointer
 from .config import PORTABLE_CLUSTER, LaunchConfig
 from .device import Device, Stream, as_stream
-from .driver import check, driver
+from .driver import check, driver, ensure_init
 from .module import get_function
 from .tensormap import TensorMap
 
@@ -123,6 +125,8 @@ class Packer:
     same thread packs again; the driver copies the values at launch. ``pack`` is a function
     generated for this parameter list (its text is ``source``): one ``struct.pack_into`` call
     with each argument's conversion inlined, which halves the host cost of a loop over the params.
+    ``pack_owned(args)`` packs into a buffer of its own, for a launch repeated with the same
+    arguments (:class:`PreparedLaunch`).
     """
 
     def __init__(self, params, entry: str = "kernel"):
@@ -154,13 +158,21 @@ class Packer:
         scope.update(tls=self._tls, new_state=self._state, pack_into=self._struct.pack_into, n=self._n,
                      count_error=self._count_error, explain=self._explain, errors=_PACK_ERRORS)
         exec(compile(self.source, f"<pkptx packer for {entry}>", "exec"), scope)
-        self.pack = scope["pack"]
+        self.pack, self._pack_to = scope["pack"], scope["pack_to"]
 
     def _source(self, exprs: list[str]) -> str:
         if not exprs:
-            return "def pack(args):\n    if args:\n        raise count_error(args)\n    return 0\n"
+            return ("def pack(args):\n    if args:\n        raise count_error(args)\n    return 0\n"
+                    "def pack_to(state, args):\n    return pack(args)\n")
         names = ", ".join(f"a{i}" for i in range(len(exprs)))
         values = ",\n                  ".join(exprs)
+        body = f"""    try:
+        pack_into(state[0], state[1],
+                  {values})
+    except errors as exc:
+        raise explain(args, exc) from None
+    return state[2]
+"""
         return f"""def pack(args):
     if len(args) != n:
         raise count_error(args)
@@ -169,20 +181,26 @@ class Packer:
         state = tls.state
     except AttributeError:
         state = new_state()
-    try:
-        pack_into(state[0], state[1],
-                  {values})
-    except errors as exc:
-        raise explain(args, exc) from None
-    return state[2]
-"""
+{body}
+def pack_to(state, args):
+    if len(args) != n:
+        raise count_error(args)
+    {names}, = args
+{body}"""
 
-    def _state(self):
+    def pack_owned(self, args) -> tuple:
+        """Pack ``args`` into a new buffer: (the ``void**`` address, the buffer that keeps it valid)."""
+        state = self._state(thread_local=False)
+        return self._pack_to(state, args), state
+
+    def _state(self, thread_local: bool = True):
         buf = ctypes.create_string_buffer(self.size + self._align)
         base = ctypes.addressof(buf)
         start = -base % self._align
         ptrs = (ctypes.c_void_p * max(self._n, 1))(*(base + start + o for o in self.offsets))
-        state = self._tls.state = (buf, start, ctypes.addressof(ptrs) if self._n else 0, ptrs)
+        state = (buf, start, ctypes.addressof(ptrs) if self._n else 0, ptrs)
+        if thread_local:
+            self._tls.state = state
         return state
 
     def _count_error(self, args) -> LaunchError:
@@ -234,14 +252,22 @@ class Kernel:
         if last[0] is config and last[1] == h:
             native = last[2]
         else:
-            native = self._natives.get((config, h)) if isinstance(config, LaunchConfig) else None
-            if native is None:
-                native = self._prepare(config, h)
+            native = self.native(config, h)
             self._last = (config, h, native)
         params = self._pack(args)
         err = self._launch_ex(native, self._handle, params, 0)[0]
         if err is not self._success:        # identity is the fast test; check() decides for real
             self._failed(err, native, params)
+
+    def native(self, config: LaunchConfig, h: int):
+        """The validated native ``CUlaunchConfig`` of ``config`` on stream handle ``h`` (built once)."""
+        native = self._natives.get((config, h)) if isinstance(config, LaunchConfig) else None
+        return native if native is not None else self._prepare(config, h)
+
+    def prepare(self, config: LaunchConfig, *args) -> "PreparedLaunch":
+        """The launch of ``config`` with ``args``, checked and packed once: ``.launch(stream)`` then
+        costs a dict lookup and ``cuLaunchKernelEx``. What the host ops' plans (and graphs) repeat."""
+        return PreparedLaunch(self, config, args)
 
     def _failed(self, err, native, params) -> None:
         cu = driver()
@@ -295,6 +321,66 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel('{self.compiled.entry}', {self.device})"
+
+
+class PreparedLaunch:
+    """A kernel, a LaunchConfig and arguments packed into a buffer of its own (:meth:`Kernel.prepare`).
+
+    The arguments are fixed: their values were packed at prepare time, and the argument objects are
+    kept (so arrays passed in stay allocated while the launch exists). Native configs are kept per
+    stream. A launch calls the driver's ``cuLaunchKernelEx`` through ctypes on the addresses of the
+    native config and the packed arguments (:func:`direct_launch`), which skips the bindings' argument
+    conversion, most of a launch's host cost; where that is not available (or ``cuda.bindings`` is
+    replaced, as the fake driver of the CPU tests does) it goes through ``cuda.bindings``.
+    """
+    __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success",
+                 "_direct", "_function")
+
+    def __init__(self, kernel: Kernel, config: LaunchConfig, args: tuple):
+        if not isinstance(config, LaunchConfig):
+            raise LaunchError(f"prepare(config={config!r}): expected a LaunchConfig")
+        self.kernel, self.config, self.args = kernel, config, tuple(args)
+        self._params, self._buffer = kernel.packer.pack_owned(self.args)
+        self._natives: dict[int, tuple] = {}
+        self._launch_ex, self._handle, self._success = kernel._launch_ex, kernel._handle, kernel._success
+        self._direct = None if inspect.isfunction(kernel._launch_ex) else direct_launch()
+        self._function = int(self._handle)
+
+    def launch(self, stream=None) -> None:
+        """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
+        :func:`as_stream` takes)."""
+        kind = type(stream)
+        h = stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
+            as_stream(stream).handle
+        entry = self._natives.get(h)
+        if entry is None:
+            native = self.kernel.native(self.config, h)
+            entry = self._natives[h] = (native, native.getPtr())
+        if self._direct is not None:
+            code = self._direct(entry[1], self._function, self._params, None)
+            if code:
+                self.kernel._failed(driver().CUresult(code), entry[0], self._params)
+            return
+        err = self._launch_ex(entry[0], self._handle, self._params, 0)[0]
+        if err is not self._success:
+            self.kernel._failed(err, entry[0], self._params)
+
+
+_direct: list = []
+
+
+def direct_launch():
+    """``cuLaunchKernelEx`` of the libcuda that cuda.bindings already loaded (``RTLD_NOLOAD``: never a
+    second copy), as a ctypes function of four addresses, or None when it cannot be had."""
+    if not _direct:
+        ensure_init()
+        try:
+            fn = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD).cuLaunchKernelEx
+            fn.argtypes, fn.restype = (ctypes.c_void_p,) * 4, ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _direct.append(fn)
+    return _direct[0]
 
 
 class Bound(functools.partial):

@@ -12,7 +12,7 @@ import threading
 from ..errors import LaunchError
 from .config import DEFAULT_SMEM
 from .device import Device
-from .driver import call, driver
+from .driver import call, check, driver
 
 _modules: dict[tuple[int, str], object] = {}
 _functions: dict[tuple[int, str, str], "Function"] = {}
@@ -30,6 +30,7 @@ class Function:
     def __init__(self, handle, entry: str, device: Device):
         attr = driver().CUfunction_attribute
         self.handle, self.entry, self.device = handle, entry, device
+        _load_now(handle, entry)
         self.max_threads = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, handle)
         self.static_smem = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, handle)
         self.num_regs = call("cuFuncGetAttribute", attr.CU_FUNC_ATTRIBUTE_NUM_REGS, handle)
@@ -54,6 +55,21 @@ class Function:
             attr = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             call("cuFuncSetAttribute", self.handle, attr, 1)
             self.non_portable_cluster = True
+
+
+def _load_now(handle, entry: str) -> None:
+    """Load the function's code now (``cuFuncLoad``), not at its first launch: under lazy loading (the
+    default since CUDA 12.2) that first launch may be inside a stream capture, which the load would
+    invalidate. Drivers without cuFuncLoad load eagerly anyway."""
+    fn = getattr(driver(), "cuFuncLoad", None)
+    if fn is None:
+        return
+    try:
+        result = fn(handle)
+    except RuntimeError:            # the bindings know it, the driver library does not export it
+        return
+    if result[0] != driver().CUresult.CUDA_ERROR_NOT_SUPPORTED:
+        check(result, f"cuFuncLoad({entry})")
 
 
 def load_module(compiled, device: Device):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 
 from ..errors import CudaError
+from . import device as device_module
+from .capture_state import capturing
 from .device import Device, release
 from .driver import call, driver
 
@@ -29,6 +31,7 @@ class DriverPool:
         props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         props.location.id = self.device.ordinal
         self.handle = call("cuMemPoolCreate", props)
+        self._deferred: list[tuple[int, object]] = []
         call("cuMemPoolSetAttribute", self.handle, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
              cu.cuuint64_t(release_threshold))
 
@@ -37,7 +40,30 @@ class DriverPool:
         return int(call("cuMemAllocFromPoolAsync", max(nbytes, 1), self.handle, stream))
 
     def free(self, ptr: int, nbytes: int, stream) -> None:
+        """Stream-ordered free; while ``stream`` is being captured into a graph the free waits (a free
+        of memory the graph did not allocate would invalidate the capture) until the next free or the
+        end of a :func:`pkptx.launch.capture`."""
+        if device_module._exiting:  # at exit nothing is freed (release() says why)
+            return
+        try:
+            defer = capturing(stream)
+        except CudaError:           # the context is going away: release() decides what a free means then
+            defer = False
+        if defer:
+            self._deferred.append((ptr, stream))
+            return
         release("cuMemFreeAsync", ptr, stream)
+        if self._deferred:
+            self.flush_deferred()
+
+    def flush_deferred(self) -> None:
+        """Free what :meth:`free` kept back, on each pointer's stream, once that stream's capture ended."""
+        waiting, self._deferred = self._deferred, []
+        for ptr, stream in waiting:
+            if capturing(stream):
+                self._deferred.append((ptr, stream))
+            else:
+                release("cuMemFreeAsync", ptr, stream)
 
     def trim(self, keep_bytes: int = 0) -> None:
         """Give cached memory above ``keep_bytes`` back to the driver (after a synchronize)."""
@@ -107,6 +133,14 @@ class CachingPool:
 
 _default_pools: dict[int, object] = {}
 _pools_lock = threading.Lock()
+
+
+def flush_deferred_frees() -> None:
+    """Free every default pool's frees that waited for a capture to end."""
+    for pool in list(_default_pools.values()):
+        flush = getattr(pool, "flush_deferred", None)
+        if flush is not None:
+            flush()
 
 
 def default_pool(device: Device):

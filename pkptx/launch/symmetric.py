@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import PkptxError, WorldError
+from ..errors import HeapStateError, PkptxError, WorldError
 from .device import Device
 from .driver import call
 from .ipc import IpcHeapMemory
@@ -203,6 +203,9 @@ class SymmetricHeap:
                                    if self.multicast_allowed else None)
             tx.push("cuCtxSynchronize (no kernel still uses the heap)", lambda: call("cuCtxSynchronize"))
         self._free = _FirstFit(self.nbytes)
+        self._reset_hooks: list[Callable[[], None]] = []
+        self._close_hooks: list[Callable[[], None]] = []
+        self.poisoned: str | None = None
         self._forget = world.on_close(self.close)
         self.closed = False
 
@@ -253,12 +256,53 @@ class SymmetricHeap:
         self._free.take(offset, block)
         return SymmetricBuffer(self, offset, dims, dt, offset + table_at, block)
 
+    # ------------------------------------------------------------------ device state of the ops
+    def on_reset(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` (zero this rank's counters) inside :meth:`reset`, between its two barriers."""
+        self._reset_hooks.append(hook)
+
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` (drop what lives in this heap) when the heap closes, before its memory goes."""
+        self._close_hooks.append(hook)
+
+    def poison(self, why: str) -> None:
+        """Mark the heap's device counters as possibly out of step between ranks (a device wait timed
+        out); the ops refuse it with HeapStateError until :meth:`reset`."""
+        if self.poisoned is None:
+            self.poisoned = why
+
+    def check_usable(self, what: str) -> None:
+        """Raise unless ops may run on this heap (open, and not poisoned)."""
+        self._check_open(what)
+        if self.poisoned is not None:
+            raise HeapStateError(f"{what}: this SymmetricHeap's barrier counters may be out of step between "
+                                 f"ranks after: {self.poisoned}. Call heap.reset() on every rank (collective), "
+                                 "then call again")
+
+    def reset(self, *, timeout: float | None = None) -> None:
+        """Collective: bring every rank's device counters (barrier rounds, launch tickets, the fused ops'
+        flags) back in step, after a DeviceTimeoutError or a call that some ranks refused while others
+        launched. Bounded: each rank waits for its own kernels (their waits are bounded), the ranks meet
+        (``timeout``, default the world's), zero their counters, and meet again before any rank may
+        signal a peer. Buffers and plans stay; the heap is usable again on every rank."""
+        self._check_open("SymmetricHeap.reset")
+        with self.world.step("SymmetricHeap.reset: this rank's kernels have ended", timeout=timeout):
+            with self.current_context():
+                call("cuCtxSynchronize")
+        with self.world.step("SymmetricHeap.reset: counters zeroed", timeout=timeout):
+            for hook in self._reset_hooks:
+                hook()
+        self.poisoned = None
+
     def close(self) -> None:
         """Unmap peers, then release this rank's memory (IPC: after every peer closed its view)."""
         if self.closed:
             return
         self.closed = True
         self._forget()
+        hooks, self._close_hooks, self._reset_hooks = self._close_hooks, [], []
+        for hook in hooks:
+            hook()
         with self.current_context():
             self._tx.close()
 

@@ -2,10 +2,14 @@
 
 ``all_reduce(buf, world, op="sum", out=None, stream=None)``, ``all_gather(buf, world, dim=, out=)``,
 ``reduce_scatter(buf, world, dim=, op=, out=)`` and ``all_to_all(buf, world, scatter_dim=,
-gather_dim=, out=)`` queue the collective on ``stream`` and return at once. A rank that never joins
-makes the others' kernels give up after ``timeout_ns``; :func:`synchronize` then raises a
-DeviceTimeoutError naming it. Every argument is checked before any GPU work; the ``check_*``
-functions do those checks (and plan the launch) on shapes and dtypes alone, without a GPU.
+gather_dim=, out=)`` queue the collective on ``stream`` and return at once. The ``out`` rule (every op):
+``out=None`` means in place where the op has an in-place form (all_reduce, all_gather, reduce_scatter),
+and is refused where it has none (all_to_all). A rank that never joins makes the others' kernels give
+up after the timeout (``timeout=`` seconds, default the world's); :func:`synchronize` then raises a
+DeviceTimeoutError naming it on every waiting rank, and marks the heap out of step until
+``heap.reset()``. Every argument is checked before any GPU work; the ``check_*`` functions do those
+checks (and plan the launch) on shapes and dtypes alone, without a GPU. The first call with given
+arguments builds a plan (:mod:`.plan`); later calls, and graph replays, only launch it.
 """
 from __future__ import annotations
 
@@ -14,66 +18,24 @@ import functools
 import numpy as np
 
 from ..launch import Device
-from ..launch.flags import FlagArray
-from ..launch.occupancy import persistent_grid
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.device import as_stream
+from ..launch.status import DEFAULT_TIMEOUT_NS, device_timeout_ns
 from ..launch.symmetric import SymmetricBuffer
-from ..templates.collective import ROUNDS_PER_LAUNCH
-from ..templates.progress import FLAG_COUNT
 from ..templates.kernels import all_gather as all_gather_kernel
 from ..templates.kernels import all_reduce as all_reduce_kernel
 from ..templates.kernels import all_to_all as all_to_all_kernel
 from ..templates.kernels import reduce_scatter as reduce_scatter_kernel
 from ..templates.runs import MAX_UNITS, RunMap, normalize_dim, split_at, unit_bytes
-from .common import ArgumentError, dtype_name, load, ordered_args
+from .common import ArgumentError, dtype_name, load
+from .plan import HeapOps, Plan, check_status, heap_ops, lookup
 
 OPS = ("sum", "max", "min")
-_MASK32 = (1 << 32) - 1
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "DEFAULT_TIMEOUT_NS"]
 
 
-class _HeapState:
-    """Per symmetric heap: the progress flags (:mod:`pkptx.templates.progress`) and their running totals:
-    the ranks' barrier counter (the same on every rank) and this rank's started/finished block count."""
-
-    def __init__(self, heap):
-        self.flags = FlagArray(heap, FLAG_COUNT)
-        self.barrier_total = 0
-        self.launch_total = 0
-
-    def layout_args(self, name: str, buf: SymmetricBuffer) -> dict:
-        return {f"{name}_peers": buf.peer_table_ptr, f"{name}_mc": buf.multicast_ptr or 0}
-
-    def launch(self, kernel, threads: int, world_size: int, stream, timeout_ns: int, *, smem: int | None = None,
-               work: int | None = None, num_comm_sms: int | None = None, rounds: int = ROUNDS_PER_LAUNCH,
-               **values) -> int:
-        """Launch a persistent kernel that meets the other ranks ``rounds`` times on this heap's barrier
-        (each rank adds 1 per round), and advance the totals to match. The grid is what can be resident
-        in this context, capped at ``work`` blocks; ``num_comm_sms`` (default: every block) must leave a
-        compute block. Returns the grid."""
-        nblocks = persistent_grid(kernel, threads, smem or 0, work=work)
-        if num_comm_sms is not None and num_comm_sms >= nblocks:
-            raise ArgumentError(f"{kernel.compiled.entry}: num_comm_sms={num_comm_sms} leaves no compute block of "
-                                f"the {nblocks} this context can hold at once")
-        args = dict(values, rank=self.flags.buffer.rank, world=world_size, status=device_status(kernel.device).ptr,
-                    timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
-                    barrier_base=self.barrier_total, launch_base=self.launch_total,
-                    **self.layout_args("flags", self.flags.buffer))
-        config = (nblocks, threads) if smem is None else (nblocks, threads, smem)
-        kernel[config](*ordered_args(kernel, args), stream=stream)
-        self.barrier_total = (self.barrier_total + rounds * world_size) & _MASK32
-        self.launch_total = (self.launch_total + nblocks) & _MASK32
-        return nblocks
-
-
-_states: dict[int, _HeapState] = {}
-
-
-def _state(buf: SymmetricBuffer) -> _HeapState:
-    state = _states.get(id(buf.heap))
-    if state is None:
-        state = _states[id(buf.heap)] = _HeapState(buf.heap)
-        buf.heap.world.on_close(lambda: _states.pop(id(buf.heap), None))
-    return state
+def _state(buf: SymmetricBuffer) -> HeapOps:
+    """The HeapOps of ``buf``'s heap (for ops that launch without a plan of their own)."""
+    return heap_ops("launch", buf, buf.heap.world)
 
 
 def _check_buffer(fn: str, name: str, buf, world) -> str:
@@ -88,14 +50,43 @@ def _check_buffer(fn: str, name: str, buf, world) -> str:
     return dtype
 
 
+def _ident(buf) -> tuple | None:
+    """What identifies a buffer in a plan key: the same on every rank (heap and offset), and its shape and
+    dtype (anything else passed as a buffer gets a key that no plan has, and is refused by the checks)."""
+    if buf is None:
+        return None
+    if type(buf) is SymmetricBuffer:
+        return (id(buf.heap), buf.offset, buf.shape, buf.dtype)
+    return (id(buf),)
+
+
 def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBuffer | None = None,
-               algorithm: str = "auto", stream=None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+               algorithm: str = "auto", stream=None, timeout_ns: int | None = None,
+               timeout: float | None = None) -> SymmetricBuffer:
     """Reduce ``buf`` over every rank into ``out`` (default: in place, into ``buf``).
 
     ``algorithm``: "one_shot" (each rank reads every peer's whole buffer; out of place only),
     "two_shot" (each rank reduces one slice and writes it everywhere), or "auto". Multimem forms are
     used when the heap has a multicast mapping. Returns the buffer holding the result.
     """
+    key = ("all_reduce", _ident(buf), _ident(out), op, algorithm, timeout_ns, timeout)
+    state, plan = lookup("all_reduce", buf, world, key)
+    if plan is None:
+        cfg, n_vec, work, ns = _check_all_reduce(buf, world, op, out, algorithm, timeout_ns, timeout)
+        state = heap_ops("all_reduce", buf, world, stream)
+
+        def make() -> Plan:
+            kernel = load(all_reduce_kernel.build, cfg, state.device)
+            launch = state.prepare(kernel, cfg.threads, ns, work=-(-work // cfg.threads), n_vec=n_vec,
+                                   **state.layout_args("src", buf), **state.layout_args("dst", out or buf))
+            return Plan([launch.launch])
+        plan = state.make("all_reduce", key, stream, make)
+    state.run(plan, plan.steps, stream)
+    return buf if out is None else out
+
+
+def _check_all_reduce(buf, world, op, out, algorithm, timeout_ns, timeout):
+    """(kernel Config, vectors, vectors of work, timeout ns) for an all-reduce, or ArgumentError; no GPU."""
     dtype = _check_buffer("all_reduce", "buf", buf, world)
     if op not in OPS:
         raise ArgumentError(f"all_reduce: op must be one of {OPS}, got {op!r}")
@@ -111,17 +102,11 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
         raise ArgumentError(f"all_reduce: algorithm must be auto, one_shot or two_shot, got {algorithm!r}")
     if algorithm == "one_shot" and in_place:
         raise ArgumentError("all_reduce: one_shot needs out= a separate buffer (peers still read buf)")
+    ns = device_timeout_ns(world, timeout, timeout_ns, "all_reduce: timeout")
     multicast = buf.multicast_ptr is not None and (out or buf).multicast_ptr is not None and op == "sum"
     cfg = all_reduce_kernel.Config(dtype=dtype, op=op, algorithm=algorithm, multicast=multicast)
-    device = Device.current()
-    kernel = load(all_reduce_kernel.build, cfg, device)
     n_vec = -(-buf.nbytes // 16)        # heap allocations are padded to 16 bytes
-    work = -(-n_vec // world.size) if algorithm == "two_shot" else n_vec
-    state = _state(buf)
-    dst = out or buf
-    state.launch(kernel, cfg.threads, world.size, stream, timeout_ns, work=-(-work // cfg.threads), n_vec=n_vec,
-                 **state.layout_args("src", buf), **state.layout_args("dst", dst))
-    return dst
+    return cfg, n_vec, -(-n_vec // world.size) if algorithm == "two_shot" else n_vec, ns
 
 
 # ------------------------------------------------------------------ collectives along tensor dims
@@ -248,69 +233,92 @@ def check_all_to_all(shape, dtype, out_shape, out_dtype, world_size: int, rank: 
     return all_to_all_kernel.Config(width=width), units
 
 
-def _buffers(fn: str, buf, out, world) -> bool:
-    """Check both buffers; whether ``out`` is ``buf`` (in place)."""
+def _buffers(fn: str, buf, out, world, *, in_place_form: bool = True):
+    """Check both buffers; (out, whether in place). ``out=None`` means in place where the op has an
+    in-place form."""
     _check_buffer(fn, "buf", buf, world)
     if out is None:
-        raise ArgumentError(f"{fn}: out= is required (pass out=buf for in place)")
+        if not in_place_form:
+            raise ArgumentError(f"{fn}: out= is required (this op has no in-place form)")
+        out = buf
     _check_buffer(fn, "out", out, world)
-    return out is buf or (out.heap is buf.heap and out.offset == buf.offset)
+    return out, out is buf or (out.heap is buf.heap and out.offset == buf.offset)
 
 
-def _run(build, cfg, units: RunMap, buf, out, world, stream, timeout_ns) -> SymmetricBuffer:
-    device = Device.current()
-    kernel = load(build, cfg, device)
-    state = _state(buf)
-    state.launch(kernel, cfg.threads, world.size, stream, timeout_ns, work=-(-units.units // cfg.threads),
-                 **units.args(cfg.width), **state.layout_args("src", buf), **state.layout_args("dst", out))
-    return out
+def _run_plan(fn: str, key, buf, out, world, stream, timeout_ns, timeout, check, build):
+    """The op's plan (``check(out, in_place)`` -> (Config, RunMap) on a miss), run on ``stream``."""
+    state, plan = lookup(fn, buf, world, key)
+    if plan is None:
+        target, in_place = _buffers(fn, buf, out, world, in_place_form=fn != "all_to_all")
+        cfg, units = check(target, in_place)
+        ns = device_timeout_ns(world, timeout, timeout_ns, f"{fn}: timeout")
+        state = heap_ops(fn, buf, world, stream)
+
+        def make() -> Plan:
+            kernel = load(build, cfg, state.device)
+            launch = state.prepare(kernel, cfg.threads, ns, work=-(-units.units // cfg.threads), **units.args(cfg.width),
+                                   **state.layout_args("src", buf), **state.layout_args("dst", target))
+            return Plan([launch.launch])
+        plan = state.make(fn, key, stream, make)
+    state.run(plan, plan.steps, stream)
+    return buf if out is None else out
 
 
-def all_gather(buf: SymmetricBuffer, world, *, dim: int, out: SymmetricBuffer, stream=None,
-               timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+def all_gather(buf: SymmetricBuffer, world, *, dim: int, out: SymmetricBuffer | None = None, stream=None,
+               timeout_ns: int | None = None, timeout: float | None = None) -> SymmetricBuffer:
     """Concatenate every rank's ``buf`` along ``dim`` into ``out`` on every rank (any dim, any size).
 
-    ``out=buf``: in place; ``buf`` then has the output's shape and this rank's shard already sits in
-    its slot (``buf[..., rank*m:(rank+1)*m, ...]`` along ``dim``). Multicast stores are used when the
-    output has a multicast mapping and rows are a multiple of 16 bytes. Returns ``out``.
+    ``out=buf`` or ``out=None``: in place; ``buf`` then has the output's shape and this rank's shard
+    already sits in its slot (``buf[..., rank*m:(rank+1)*m, ...]`` along ``dim``). Multicast stores are
+    used when the output has a multicast mapping and rows are a multiple of 16 bytes. Returns ``out``.
     """
-    in_place = _buffers("all_gather", buf, out, world)
-    cfg, units = check_all_gather(buf.shape, buf.dtype, out.shape, out.dtype, world.size, buf.rank, dim=dim,
-                                  in_place=in_place, multicast=out.multicast_ptr is not None)
-    return _run(all_gather_kernel.build, cfg, units, buf, out, world, stream, timeout_ns)
+    key = ("all_gather", _ident(buf), _ident(out), dim, timeout_ns, timeout)
+
+    def check(target, in_place):
+        return check_all_gather(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank, dim=dim,
+                                in_place=in_place, multicast=target.multicast_ptr is not None)
+    return _run_plan("all_gather", key, buf, out, world, stream, timeout_ns, timeout, check,
+                     all_gather_kernel.build)
 
 
-def reduce_scatter(buf: SymmetricBuffer, world, *, dim: int, op: str = "sum", out: SymmetricBuffer, stream=None,
-                   timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+def reduce_scatter(buf: SymmetricBuffer, world, *, dim: int, op: str = "sum", out: SymmetricBuffer | None = None,
+                   stream=None, timeout_ns: int | None = None, timeout: float | None = None) -> SymmetricBuffer:
     """Reduce ``buf`` over every rank and give rank r slice r along ``dim`` (``buf.shape[dim]`` a
     multiple of the world size), in ``out``; reduced in f32 for 16-bit inputs.
 
-    ``out=buf``: in place; the result lands in this rank's slice of ``buf`` (the rest is left as it
-    was). Multimem loads are used when ``buf`` has a multicast mapping and rows are a multiple of 16
-    bytes (not for f32 min/max). Returns ``out``.
+    ``out=buf`` or ``out=None``: in place; the result lands in this rank's slice of ``buf`` (the rest is
+    left as it was). Multimem loads are used when ``buf`` has a multicast mapping and rows are a multiple
+    of 16 bytes (not for f32 min/max). Returns ``out``.
     """
-    in_place = _buffers("reduce_scatter", buf, out, world)
-    cfg, units = check_reduce_scatter(buf.shape, buf.dtype, out.shape, out.dtype, world.size, buf.rank, dim=dim,
-                                      op=op, in_place=in_place, multicast=buf.multicast_ptr is not None)
-    return _run(reduce_scatter_kernel.build, cfg, units, buf, out, world, stream, timeout_ns)
+    key = ("reduce_scatter", _ident(buf), _ident(out), dim, op, timeout_ns, timeout)
+
+    def check(target, in_place):
+        return check_reduce_scatter(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank, dim=dim,
+                                    op=op, in_place=in_place, multicast=buf.multicast_ptr is not None)
+    return _run_plan("reduce_scatter", key, buf, out, world, stream, timeout_ns, timeout, check,
+                     reduce_scatter_kernel.build)
 
 
-def all_to_all(buf: SymmetricBuffer, world, *, scatter_dim: int, gather_dim: int, out: SymmetricBuffer,
-               stream=None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+def all_to_all(buf: SymmetricBuffer, world, *, scatter_dim: int, gather_dim: int, out: SymmetricBuffer | None = None,
+               stream=None, timeout_ns: int | None = None, timeout: float | None = None) -> SymmetricBuffer:
     """Rank r's ``out`` gathers, along ``gather_dim``, chunk r (along ``scatter_dim``) of every rank's
-    ``buf``: ``out_r[..., g-chunk s, ...] = buf_s[..., a-chunk r, ...]``; out of place only.
-    Returns ``out``."""
-    in_place = _buffers("all_to_all", buf, out, world)
-    cfg, units = check_all_to_all(buf.shape, buf.dtype, out.shape, out.dtype, world.size, buf.rank,
-                                  scatter_dim=scatter_dim, gather_dim=gather_dim, in_place=in_place)
-    return _run(all_to_all_kernel.build, cfg, units, buf, out, world, stream, timeout_ns)
+    ``buf``: ``out_r[..., g-chunk s, ...] = buf_s[..., a-chunk r, ...]``; out of place only (``out`` is
+    required). Returns ``out``."""
+    key = ("all_to_all", _ident(buf), _ident(out), scatter_dim, gather_dim, timeout_ns, timeout)
+
+    def check(target, in_place):
+        return check_all_to_all(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank,
+                                scatter_dim=scatter_dim, gather_dim=gather_dim, in_place=in_place)
+    return _run_plan("all_to_all", key, buf, out, world, stream, timeout_ns, timeout, check,
+                     all_to_all_kernel.build)
 
 
 def synchronize(stream=None, *, what: str = "collective") -> None:
-    """Wait for the stream (or the device), then raise if any bounded wait timed out."""
+    """Wait for the stream (or the device), then raise if any bounded wait timed out; after a timeout,
+    every heap launched on since the last check refuses ops until ``heap.reset()`` on every rank."""
     device = Device.current()
     if stream is None:
         device.synchronize()
     else:
-        stream.synchronize()
-    device_status(device).check(what)
+        as_stream(stream).synchronize()
+    check_status(device, what)

@@ -9,18 +9,18 @@ from __future__ import annotations
 from ..launch import Device
 from ..launch.array import DeviceArray
 from ..launch.occupancy import context_sm_count
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.status import device_status, device_timeout_ns
 from ..templates.kernels import copy as kernel
 from .common import ArgumentError, load
 
 
 def bulk_copy(dst: DeviceArray, src: DeviceArray, nbytes: int | None = None, *, config: kernel.Config | None = None,
-              ctas_per_sm: int = kernel.CTAS_PER_SM, stream=None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+              ctas_per_sm: int = kernel.CTAS_PER_SM, stream=None, timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
     """Copy the first ``nbytes`` (default: all of ``src``) of ``src`` into ``dst``; returns ``dst``.
 
     Both must be contiguous device arrays on the current device; ``nbytes`` a multiple of 16 that fits
-    both (TMA moves 16-byte units). Queued on ``stream``; a copy that stalls past ``timeout_ns`` is
-    reported by :func:`pkptx.synchronize`."""
+    both (TMA moves 16-byte units). Queued on ``stream``; a copy that stalls past the timeout
+    (``timeout=`` seconds, default ``PKPTX_TIMEOUT_S`` or 60 s) is reported by :func:`pkptx.synchronize`."""
     for name, arr in (("dst", dst), ("src", src)):
         if not isinstance(arr, DeviceArray) or not arr.is_contiguous:
             raise ArgumentError(f"bulk_copy: {name} must be a contiguous DeviceArray, got {type(arr).__name__}")
@@ -30,6 +30,7 @@ def bulk_copy(dst: DeviceArray, src: DeviceArray, nbytes: int | None = None, *, 
     if not isinstance(nbytes, int) or nbytes % 16 or not 0 <= nbytes <= min(src.nbytes, dst.nbytes):
         raise ArgumentError(f"bulk_copy: nbytes={nbytes!r} must be a multiple of 16 in 0..{min(src.nbytes, dst.nbytes)}"
                             " (the smaller array)")
+    ns = device_timeout_ns(None, timeout, timeout_ns, "bulk_copy: timeout")
     cfg = config or kernel.Config()
     if not isinstance(ctas_per_sm, int) or not 1 <= ctas_per_sm <= 32:
         raise ArgumentError(f"bulk_copy: ctas_per_sm must be an int in 1..32, got {ctas_per_sm!r}")
@@ -37,6 +38,6 @@ def bulk_copy(dst: DeviceArray, src: DeviceArray, nbytes: int | None = None, *, 
         return dst
     device = Device.current()
     grid = min(context_sm_count(device) * ctas_per_sm, -(-nbytes // cfg.chunk))     # no block waits on another
-    load(kernel.build, cfg, device)[grid, 32, cfg.smem_bytes](dst, src, nbytes, device_status(device).ptr, timeout_ns,
+    load(kernel.build, cfg, device)[grid, 32, cfg.smem_bytes](dst, src, nbytes, device_status(device).ptr, ns,
                                                               stream=stream)
     return dst

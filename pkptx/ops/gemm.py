@@ -9,7 +9,7 @@ from ..launch import Device, TensorMap, as_dtype, empty, from_dlpack
 from ..launch.array import DeviceArray
 from ..launch.device import as_stream
 from ..launch.occupancy import context_sm_count, persistent_grid
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.status import device_status, device_timeout_ns
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
@@ -106,11 +106,12 @@ def _split_workspace(device: Device, stream, cfg: GemmConfig, m: int, n: int) ->
 
 
 def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfig | None = None,
-         timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+         timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
     """C = A·Bᵀ (``b_layout="nk"``: B is N x K) or C = A·B (``"kn"``: B is K x N) for row-major bf16/f16
     A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``.
     ``config`` forces a schedule (:class:`GemmConfig`: tile, stages, K splits) instead of the model's.
-    Split-K results are deterministic: the same bits every run."""
+    Split-K results are deterministic: the same bits every run. ``timeout=`` (seconds; default
+    ``PKPTX_TIMEOUT_S`` or 60 s) bounds the kernel's waits."""
     a, b = _as_array(a, "a"), _as_array(b, "b")
     out = _as_array(out, "out") if out is not None else None
     out_dtype = out.dtype if out is not None else a.dtype
@@ -132,7 +133,8 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
     grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
         tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
-        tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr, timeout_ns=timeout_ns, num_comm_sms=0)
+        tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr,
+        timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "gemm: timeout"), num_comm_sms=0)
     if cfg.epilogue == "tma":
         values.update(tmap_c=_tensor_map(out, cfg.c_box))
     else:

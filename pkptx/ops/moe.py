@@ -250,7 +250,7 @@ def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[D
     state = _moe_state(heap, r)
     kernel = load(dispatch_kernel.build_route, dispatch_kernel.Config(), Device.current())
     layouts = collectives._state(state.recv)
-    layouts.launch(kernel, dispatch_kernel.ROUTE_THREADS, world.size, stream, timeout_ns, work=1, rounds=0,
+    layouts.launch(kernel, dispatch_kernel.ROUTE_THREADS, stream, timeout_ns, work=1,
                    ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
                    order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks,
                    epoch=state.ready.advance() & _MASK32, **layouts.layout_args("counts", state.counts),
@@ -279,8 +279,8 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
     cfg = dispatch_kernel.Config()
     kernel = load(dispatch_kernel.build, cfg, Device.current())
     work = -(-d.routing.tokens * d.routing.topk // cfg.warps)
-    collectives._state(state.recv).launch(kernel, 32 * cfg.warps, world.size, stream, timeout_ns,
-                                          smem=cfg.smem_bytes, work=work, rounds=1,
+    collectives._state(state.recv).launch(kernel, 32 * cfg.warps, stream, timeout_ns,
+                                          smem=cfg.smem_bytes, work=work,
                                           **_push_values(d, x, state))
     return d
 
@@ -316,8 +316,8 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
         out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
     d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
     values, _ = grouped_args(grouped, d.recv, w, d.offsets, out, r.capacity, n, k, e)
-    collectives._state(state.recv).launch(kernel, fused_kernel.THREADS, world.size, stream, timeout_ns,
-                                          smem=grouped.gemm.smem_bytes, num_comm_sms=num_comm_sms, rounds=1,
+    collectives._state(state.recv).launch(kernel, fused_kernel.THREADS, stream, timeout_ns,
+                                          smem=grouped.gemm.smem_bytes, num_comm_sms=num_comm_sms,
                                           **values, **_push_values(d, x, state))
     return d, out
 
@@ -345,7 +345,7 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     kernel = load(combine_kernel.build, cfg, Device.current())
     units = r.tokens * (n // 8)
     state = collectives._state(y)
-    state.launch(kernel, cfg.threads, world.size, stream, timeout_ns, work=-(-units // cfg.threads),
+    state.launch(kernel, cfg.threads, stream, timeout_ns, work=-(-units // cfg.threads),
                  ids=dispatch.topk_ids.ptr, slots=dispatch.slots.ptr, weights=dispatch.topk_weights.ptr, units=units,
                  row_units=n // 8, topk=r.topk, local=r.local, out=out.ptr, **state.layout_args("y", y))
     return out

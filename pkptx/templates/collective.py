@@ -2,8 +2,9 @@
 on an epoch flag array, and a communicator-only LCSC template.
 
 The barriers count ranks, not blocks (:mod:`.progress`): ticket 0 of each rank opens, the last block of
-each rank to finish closes, so the grid may be any size and needs no co-residency. The host keeps the
-flag's running total (``barrier_base``) and adds ``world`` per round. No flag is ever reset.
+each rank to finish closes, so the grid may be any size and needs no co-residency. Each rank's round
+count lives in device memory and advances in the kernel, so the arguments never change between
+calls and a captured graph replays correctly. No flag is ever reset.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ..primitives import StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
-from .progress import FLAGS, PARAMS as PROGRESS_PARAMS, take_ticket
+from .progress import FLAGS, take_ticket
 
 WARPGROUP = 128
 REGISTER_FILE = 65536       # 32-bit registers per SM (and the most one block may hold)
@@ -50,7 +50,10 @@ class Ring:
 @dataclass
 class Ctx:
     """What a role function can use: the builder, the world, bound PGLs and tensor maps, shared
-    buffers (as .u32 shared addresses), mbarrier rings, and the thread's index within its role."""
+    buffers (as .u32 shared addresses), mbarrier rings, and the thread's index within its role.
+    With tickets (:mod:`.progress`): ``ticket``, the counters the previous launch left
+    (``launch_base``, ``rounds_base``) and ``epoch``, this launch's number on the heap (the same on
+    every rank; flags stamped with it need no host-side count, so graph replays stay correct)."""
     b: Builder
     kernel: Kernel
     rank: Reg
@@ -62,6 +65,10 @@ class Ctx:
     rings: dict[str, StageRing]
     tid: Reg
     ticket: Reg | None = None
+    launch_base: Reg | None = None
+    rounds_base: Reg | None = None
+    epoch: Reg | None = None
+    closed: bool = False
     role_tid: Reg | None = None
     role_threads: int = 0
     _params: dict = field(default_factory=dict)
@@ -137,8 +144,7 @@ class Template:
         return regs
 
     def kernel_params(self) -> list[Param]:
-        out = (list(self.params) + WorldParams.params() + Deadline.params() + [Param("num_comm_sms", u32)]
-               + (list(PROGRESS_PARAMS) if self.progress else []))
+        out = list(self.params) + WorldParams.params() + Deadline.params() + [Param("num_comm_sms", u32)]
         for lay in self.all_layouts:
             out += lay.params()
         for t in self.tensor_maps:
@@ -189,6 +195,9 @@ class Template:
         b.bar_sync(0)
         if epilogue:
             epilogue(ctx)
+        if self.progress and not ctx.closed:
+            raise PTXBuildError(f"{self.name}: a kernel with tickets must end with progress.close_barrier (it "
+                                "leaves the launch counters for the next launch)")
         b.ret()
         return k
 
@@ -210,13 +219,18 @@ class Template:
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
                  for r in self.rings}
         tid = b.special("tid.x")
-        ticket = take_ticket(b, k, rank, layouts[FLAGS.name], tid) if self.progress else b.special("ctaid.x")
+        if self.progress:
+            ticket, launch_base, rounds_base = take_ticket(b, k, rank, layouts[FLAGS.name], tid)
+            epoch = b.add(u32, rounds_base, 1, name="epoch")
+        else:
+            ticket, launch_base, rounds_base, epoch = b.special("ctaid.x"), None, None, None
         if self.rings:
             leader = b.setp("eq", u32, tid, 0, name="ring_leader")
             for spec, ring in zip(self.rings, rings.values()):
                 ring.init(b, spec.arrivals, leader=leader)
             b.bar_sync(0)
-        return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid, ticket)
+        return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid, ticket, launch_base, rounds_base,
+                   epoch)
 
     @staticmethod
     def _walk(ctx: Ctx, first, stride, num_tasks, role: Role, role_tid, role_threads: int) -> None:

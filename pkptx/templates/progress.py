@@ -1,4 +1,4 @@
-"""Forward progress on a shared GPU: launch tickets and one arrival per rank at every barrier.
+"""Forward progress on a shared GPU, and launch state that lives in device memory.
 
 CUDA promises nothing about which blocks of a grid are resident together: under MPS, beside another
 stream's kernel or in a green context, a persistent grid may run a few blocks at a time. A block that
@@ -19,82 +19,132 @@ Two devices make it hold:
   So no block waits on a block of its own grid at a barrier, ranks may run different grid sizes (SM
   shares of 30 % and 70 %), and a rank's kernel completes once every rank has reached the same point.
 
-Counters (one flag array per heap, ``FLAGS``): [0] the ranks' barrier counter (peers add to it),
-[1] started blocks, [2] finished blocks (local). The host passes ``barrier_base`` (counter 0 before the
-launch; each round adds ``world``) and ``launch_base`` (counters 1 and 2 before the launch; each launch
-adds its grid size). Counters only grow; every comparison is a wrap-safe signed difference.
+Every number a launch needs from earlier launches is in device memory, not in kernel arguments, so
+the same arguments serve every launch and a CUDA graph can replay a kernel any number of times. The
+heap's flag array (``FLAGS``, :func:`flag_words` u32 words per rank) holds, local to each rank:
+[STARTED] blocks that took a ticket, [FINISHED] blocks that finished, [LAUNCH_BASE] STARTED when the
+current launch began, [ROUNDS] barrier rounds this rank completed before it; then [ARRIVED + p], the
+last round rank p reached, written only by rank p (``st.release.sys``), so a waiter sees whose arrival
+is missing. Thread 0 of each block reads LAUNCH_BASE and ROUNDS on entry (written by the previous
+launch, which the stream ordered before this one); the last block to finish writes both after the
+closing barrier. A launch's ``epoch`` (ROUNDS on entry + 1) is the same on every rank, grows with
+every launch on the heap, and is what the fused kernels stamp their flags with. Every comparison is a
+wrap-safe signed difference. Launches on one heap must be ordered (one stream, or events), as the
+counters are shared; after a timeout the words are out of step and the heap must be reset
+(:meth:`pkptx.launch.SymmetricHeap.reset`).
 """
 from __future__ import annotations
 
-from ..isa import Param, Reg, Sem, address, b32, u32
+from ..errors import PTXBuildError
+from ..isa import Reg, Sem, address, u32, u64
 from ..primitives.layout import ParallelLayout
-from ..primitives.sync import flag_address, signal_all, wait
+from ..primitives.sync import flag_address, stamp, wait_peers
 
 FLAGS = ParallelLayout("flags")
-BARRIER, STARTED, FINISHED = 0, 1, 2
-FLAG_COUNT = 3
-PARAMS = (Param("barrier_base", u32), Param("launch_base", u32))
+STARTED, FINISHED, LAUNCH_BASE, ROUNDS, ARRIVED = 0, 1, 2, 3, 4
+BARRIER_FLAG_ID = 0xFFFFFFFE       # pkptx.launch.status.BARRIER_FLAG_ID: "the heap's barrier" in reports
+_SLOTS = 3                         # shared words: ticket, launch base, rounds base
 
 
-def take_ticket(b, k, rank: Reg, flags, tid: Reg) -> Reg:
-    """This block's start order in the launch (0, 1, ...), for every thread of the block.
+def flag_words(world_size: int) -> int:
+    """Words of the heap's flag array for ``world_size`` ranks."""
+    return ARRIVED + world_size
 
-    PTX (thread 0): ``atom.relaxed.gpu.global.add.u32 t, [started], 1; sub.u32 t, t, launch_base;
-    st.shared.u32 [ticket], t; fence.proxy.async.shared::cta;`` then ``bar.sync 0; ld.shared.u32 t,
-    [ticket];``. Relaxed: the ticket orders no data, only roles. The proxy fence keeps the kernel's TMA
-    (async-proxy) accesses of shared memory ordered after this generic write, as pk-design 5 asks.
+
+def take_ticket(b, k, rank: Reg, flags, tid: Reg) -> tuple[Reg, Reg, Reg]:
+    """(ticket, launch base, rounds base) for every thread of the block: its start order in the
+    launch (0, 1, ...) and the two counters the previous launch left.
+
+    PTX (thread 0): ``ld.relaxed.gpu.global.u32 base, [launch_base]; ld.relaxed.gpu.global.u32 rounds,
+    [rounds]; atom.relaxed.gpu.global.add.u32 t, [started], 1; sub.u32 t, t, base;`` three
+    ``st.shared.u32``; ``fence.proxy.async.shared::cta;`` then ``bar.sync 0;`` and three ``ld.shared.u32``.
+    Relaxed: the previous launch's writes are ordered before this one by the stream, and the ticket
+    orders no data, only roles. The proxy fence keeps the kernel's TMA (async-proxy) accesses of shared
+    memory ordered after these generic writes, as pk-design 5 asks.
     """
-    slot = b.mov(u32, k.shared("ticket_slot", 4, 4), name="ticket_slot")
-    base = b.load_param("launch_base")
+    slot = b.mov(u32, k.shared("ticket_slot", 4 * _SLOTS, 4), name="ticket_slot")
     with b.if_then(b.setp("eq", u32, tid, 0, name="ticket_taker")):
+        base = b.ld(u32, address(flag_address(b, flags, rank, LAUNCH_BASE)), space="global", sem=Sem.RELAXED,
+                    scope="gpu", name="launch_base_seen")
+        rounds = b.ld(u32, address(flag_address(b, flags, rank, ROUNDS)), space="global", sem=Sem.RELAXED,
+                      scope="gpu", name="rounds_seen")
         raw = b.atom("add", u32, address(flag_address(b, flags, rank, STARTED)), 1, sem=Sem.RELAXED, scope="gpu",
                      space="global", name="ticket_raw")
-        b.st(u32, address(slot), b.sub(u32, raw, base), space="shared")
+        for i, value in enumerate((b.sub(u32, raw, base), base, rounds)):
+            b.st(u32, address(slot, 4 * i), value, space="shared")
         b.fence_proxy_async("shared::cta")
     b.bar_sync(0)
-    return b.ld(u32, address(slot), space="shared", name="ticket")
+    names = ("ticket", "launch_base", "rounds_base")
+    return tuple(b.ld(u32, address(slot, 4 * i), space="shared", name=n) for i, n in enumerate(names))
 
 
 def open_barrier(ctx, *, multicast: bool) -> None:
     """Every rank has started this launch (so its inputs are final and its buffers may be written).
 
-    Ticket 0's thread 0 adds 1 on every rank (release, ``.sys``); thread 0 of every block waits for its
-    own counter to reach ``barrier_base + world`` (acquire); then ``bar.sync``. A waiter depends only on
-    ticket 0 of each rank, which waits on nothing before it signals.
+    Ticket 0's thread 0 writes round ``rounds_base + 1`` into its slot on every rank (release,
+    ``.sys``); thread 0 of every block waits for every rank's slot to reach it (acquire); then
+    ``bar.sync``. A waiter depends only on ticket 0 of each rank, which waits on nothing before it
+    signals.
     """
     b = ctx.b
     with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="barrier_thread")):
+        target = b.add(u32, ctx.rounds_base, 1, name="round_open")
         with b.if_then(b.setp("eq", u32, ctx.ticket, 0, name="first_block")):
-            signal_all(b, ctx.layouts[FLAGS.name], BARRIER, 1, world=ctx.world, sem=Sem.RELEASE, scope="sys",
-                       multicast=multicast)
-        _wait_ranks(ctx, 1, multicast=multicast)
+            _arrive(ctx, target, multicast=multicast)
+        _wait_ranks(ctx, target, multicast=multicast)
     b.bar_sync(0)
 
 
 def close_barrier(ctx, round_in_launch: int, *, multicast: bool) -> None:
-    """Every block of every rank is done with this launch's peer accesses (call after ``bar.sync``).
+    """Every block of every rank is done with this launch's peer accesses (call after ``bar.sync``);
+    then the launch's counters are left for the next launch.
 
     Thread 0 counts its block finished (``atom.acq_rel.sys``: releases the block's writes, which it saw
-    through the ``bar.sync``, and acquires the earlier finishers'). The block that finishes last adds 1
-    on every rank and waits for the counter to reach ``barrier_base + round * world``; the others exit.
+    through the ``bar.sync``, and acquires the earlier finishers'). The block that finishes last writes
+    round ``rounds_base + round_in_launch`` into its slot on every rank, waits for every rank's slot to
+    reach it, and stores ROUNDS and LAUNCH_BASE (``st.relaxed.gpu``; the next launch reads them after
+    this kernel has ended); the others exit. Every kernel with tickets must end here exactly once.
     """
+    if ctx.closed:
+        raise PTXBuildError(f"{ctx.kernel.name}: close_barrier emitted twice; a launch ends once")
+    ctx.closed = True
     b = ctx.b
     with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="finish_thread")):
         flags = ctx.layouts[FLAGS.name]
         done = b.atom("add", u32, address(flag_address(b, flags, ctx.rank, FINISHED)), 1, sem=Sem.ACQ_REL,
                       scope="sys", space="global", name="finished_before")
-        order = b.sub(u32, done, b.load_param("launch_base"), name="finish_order")
-        last = b.setp("eq", u32, b.add(u32, order, 1), b.special("nctaid.x"), name="last_block")
-        with b.if_then(last):
-            signal_all(b, flags, BARRIER, 1, world=ctx.world, sem=Sem.RELEASE, scope="sys", multicast=multicast)
-            _wait_ranks(ctx, round_in_launch, multicast=multicast)
+        order = b.sub(u32, done, ctx.launch_base, name="finish_order")
+        nblocks = b.special("nctaid.x")
+        with b.if_then(b.setp("eq", u32, b.add(u32, order, 1), nblocks, name="last_block")):
+            target = b.add(u32, ctx.rounds_base, round_in_launch, name="round_close")
+            _arrive(ctx, target, multicast=multicast)
+            _wait_ranks(ctx, target, multicast=multicast)
+            b.st(u32, address(flag_address(b, flags, ctx.rank, ROUNDS)), target, space="global", sem=Sem.RELAXED,
+                 scope="gpu")
+            b.st(u32, address(flag_address(b, flags, ctx.rank, LAUNCH_BASE)), b.add(u32, ctx.launch_base, nblocks),
+                 space="global", sem=Sem.RELAXED, scope="gpu")
 
 
-def _wait_ranks(ctx, round_in_launch: int, *, multicast: bool) -> None:
+def _arrive(ctx, target: Reg, *, multicast: bool) -> None:
+    """This rank has reached round ``target``: its slot on every rank := target, with release.
+
+    multicast: ``multimem.st.release.sys.global.u32 [flags_mc + 4*(ARRIVED+rank)], target;`` (the switch
+    writes every copy). Unicast: ``st.release.sys.global.u32`` into each rank's slot in turn.
+    """
+    b, flags = ctx.b, ctx.layouts[FLAGS.name]
+    index = b.add(u32, ctx.rank, ARRIVED, name="my_slot")
+    if multicast:
+        mc = b.add(u64, flags.mc, b.mul(u32, index, 4, mode="wide"))
+        b.multimem_st(u32, address(mc), target, sem="release", scope="sys")
+        return
+    for r in b.range(0, ctx.world, name="peer"):
+        stamp(b, flag_address(b, flags, r, index), target, sem=Sem.RELEASE, scope="sys")
+
+
+def _wait_ranks(ctx, target: Reg, *, multicast: bool) -> None:
     b = ctx.b
-    if multicast:       # the add went through the multicast address, the wait reads the unicast one
+    if multicast:       # the store went through the multicast address, the wait reads the unicast one
         b.fence_proxy_alias()
-    expected = b.mad(u32, ctx.world, round_in_launch, b.load_param("barrier_base"), mode="lo",
-                     name="ranks_expected")
-    wait(b, flag_address(b, ctx.layouts[FLAGS.name], ctx.rank, BARRIER), expected, sem=Sem.ACQUIRE, scope="sys",
-         deadline=ctx.deadline, flag_id=b.mov(b32, BARRIER))
+    slots = flag_address(b, ctx.layouts[FLAGS.name], ctx.rank, ARRIVED)
+    wait_peers(b, slots, ctx.world, target, sem=Sem.ACQUIRE, scope="sys", deadline=ctx.deadline,
+               flag_id=b.mov(u32, BARRIER_FLAG_ID))

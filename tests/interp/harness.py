@@ -9,7 +9,7 @@ import numpy as np
 from pkptx.interp.tensormap import tiled
 from pkptx.interp.world import World
 from pkptx.templates.gemm_parts import TILE_K
-from pkptx.templates.progress import FLAG_COUNT
+from pkptx.templates.progress import flag_words
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 RTOL = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10, "f32": 1e-5}
@@ -23,7 +23,8 @@ class Ranks:
     def __init__(self, size: int, seed: int = 0, *, multicast: bool = False, **options):
         self.world = World(size, seed=seed, check_uninit=True, check_races=True, **options)
         self.size, self.multicast = size, multicast
-        self.flags = self.world.symmetric((FLAG_COUNT,), np.uint32, name="heap flags", fill=0, multicast=multicast)
+        self.flags = self.world.symmetric((flag_words(size),), np.uint32, name="heap flags", fill=0,
+                                          multicast=multicast)
         self.status = [self.world.machine.alloc(32, name="status", rank=r, fill=0, written=True)
                        for r in range(size)]
 
@@ -36,7 +37,7 @@ class Ranks:
         """One rank's launch with ``values`` plus the common parameters; ``layouts`` name -> Symmetric
         (``flags`` defaults to the heap barrier's)."""
         args = dict(values, rank=rank, world=self.size, status=self.status[rank].base, timeout_ns=TIMEOUT_NS,
-                    num_comm_sms=grid if num_comm_sms is None else num_comm_sms, barrier_base=0, launch_base=0)
+                    num_comm_sms=grid if num_comm_sms is None else num_comm_sms)
         for name, buf in {"flags": self.flags, **layouts}.items():
             args[f"{name}_peers"], args[f"{name}_mc"] = buf.peer_table(rank), buf.mc
         self.world.launch(rank, kernel, grid, threads, *[args[p.name] for p in kernel.params], smem=smem)

@@ -233,3 +233,17 @@ def test_spin_on_a_flag_nobody_sets_is_a_deadlock_naming_the_flag():
     with pytest.raises(DeadlockError, match=r"flag flags\[0\] of rank 0 .*observed 0, expects 5"):
         m.run()
     _ = pred
+
+
+def test_signed_division_rounds_toward_zero_at_the_extremes():
+    """Pinned: 30 / -2**31 is 0 (np.abs(-2**31) overflows, which once made it 1)."""
+    cases = [(30, -2**31), (-7, 2), (7, -2), (-7, -2), (-2**31, 3), (2**31 - 1, -1), (5, 0)]
+    k = Kernel("sdiv", [Param("out", u64, pointer=True)], max_threads=32)
+    b = k.builder()
+    for n, (x, y) in enumerate(cases):
+        q = b.div(s32, b.mov(s32, x), b.mov(s32, y))
+        b.st(s32, address(b.load_param("out"), 4 * n), q, space="global")
+    b.ret()
+    out = np.zeros(len(cases), np.int32)
+    run(k, 1, 1, out)
+    assert out.tolist() == [0, -3, -3, 3, -715827882, -(2**31 - 1), -1]

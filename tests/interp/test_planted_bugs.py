@@ -21,11 +21,11 @@ def _fresh(build):
 
 
 def test_flag_without_release_fence(monkeypatch):
-    signal = ag_gemm.signal
+    stamp = ag_gemm.stamp
 
-    def relaxed_signal(b, flag, value, *, sem, scope):
-        signal(b, flag, value, sem=Sem.RELAXED, scope=scope)       # planted: no fence.acq_rel before it
-    monkeypatch.setattr(ag_gemm, "signal", relaxed_signal)
+    def relaxed_stamp(b, flag, value, *, sem, scope):
+        stamp(b, flag, value, sem=Sem.RELAXED, scope=scope)        # planted: a plain store, no release
+    monkeypatch.setattr(ag_gemm, "stamp", relaxed_stamp)
     with pytest.raises(RaceError) as err:
         run_ag_gemm(2, 1, build=_fresh(ag_gemm.build))
     text = str(err.value)

@@ -157,10 +157,11 @@ def test_all_reduce_under_other_schedules(seed, quantum):
 
 def test_a_rank_that_never_comes_is_a_deadlock_naming_the_flag():
     """Rank 1 never launches: rank 0's blocks wait at the heap barrier; the report names the flag
-    word, its owner, the value seen and the value the wait expects."""
+    word (rank 1's arrival slot, progress.ARRIVED + 1), its owner, the value seen and the value the wait
+    expects."""
     ranks = Ranks(2)
     buf = ranks.symmetric((64,), np.float32, "buf", fill=0)
     cfg = all_reduce.Config(dtype="f32", algorithm="two_shot")
     ranks.launch(0, kernel(all_reduce.build, cfg), cfg.threads, layouts=dict(src=buf, dst=buf), grid=1, n_vec=16)
-    with pytest.raises(DeadlockError, match=r"waits on flag heap flags\[0\] of rank 0 .*observed 1, expects 2"):
+    with pytest.raises(DeadlockError, match=r"waits on flag heap flags\[5\] of rank 0 .*observed 0, expects 1"):
         ranks.run()

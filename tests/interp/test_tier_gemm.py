@@ -88,7 +88,7 @@ def run_ag_gemm(w: int, tiles_per_rank: int = 1, build=ag_gemm.build):
         out = mach.alloc(m * n * 2, name="c", rank=r)
         outs.append(out)
         ranks.launch(r, kernel(build, cfg), _threads(SMALL), layouts=dict(a=a_sym, ready=ready), grid=3,
-                     smem=SMALL.smem_bytes, num_comm_sms=1, rows_per_rank=rows, row_bytes=k * 2, epoch=1,
+                     smem=SMALL.smem_bytes, num_comm_sms=1, rows_per_rank=rows, row_bytes=k * 2,
                      tmap_c=ranks.tensor_map(out.base, DTYPES["bf16"], (m, n), SMALL.c_box),
                      **ranks.gemm_values(SMALL, a_sym.ptr(r), b[r], r, m, n, k))
     ranks.run()
@@ -110,12 +110,12 @@ def test_gemm_ar_smallest(w, mc):
     ranks = Ranks(w, seed=w + 40, multicast=mc)
     a, b = _operands(w + 50, w, m, n, k, "nk")
     out = ranks.symmetric((m, n), DTYPES["bf16"], "c")
-    done = ranks.symmetric((1,), np.uint32, "done", fill=0)
+    done = ranks.symmetric((w * AR_TILE.consumers,), np.uint32, "done", fill=0)    # a slot per (rank, warpgroup)
     mach = ranks.world.machine
     for r in range(w):
         a_dev = mach.from_numpy(a[r], name="a", rank=r)
         ranks.launch(r, kernel(gemm_ar.build, cfg), _threads(AR_TILE), layouts=dict(c=out, done=done), grid=2,
-                     smem=AR_TILE.smem_bytes, num_comm_sms=1, m=m, n=n, epoch=1,
+                     smem=AR_TILE.smem_bytes, num_comm_sms=1, m=m, n=n,
                      tmap_c=ranks.tensor_map(out.ptr(r), DTYPES["bf16"], (m, n), AR_TILE.c_box),
                      **ranks.gemm_values(AR_TILE, a_dev.base, b[r], r, m, n, k))
     ranks.run()

@@ -4,18 +4,15 @@ of GPU processes (fewer and smaller cases: the ring exchange with signal/wait/ba
 reduce, and 1-D bulk copies and reductions between ranks)."""
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .harness import Ranks
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "primitives", "programs"))
-import harness as gpu_harness  # noqa: E402
-import prim_kernels as P  # noqa: E402
-import primitives_program as PP  # noqa: E402
+from tests.primitives.programs import harness as gpu_harness
+from tests.primitives.programs import prim_kernels as P
+from tests.primitives.programs import primitives_program as PP
 
 CASES = settings(max_examples=15, deadline=None, derandomize=True, database=None,
                  suppress_health_check=list(HealthCheck))

@@ -147,6 +147,27 @@ def test_graph_capture_and_replay(kernels):
     np.testing.assert_array_equal(y.to_numpy(stream), 10)
 
 
+def test_capture_100_launches_on_a_non_blocking_stream(kernels):
+    """The issue #20 case: 100 launches captured on Stream(non_blocking=True), replayed 3 times; an
+    array freed during the capture must not invalidate it (its free waits for the capture's end)."""
+    stream = Stream(non_blocking=True)
+    n = 4096
+    x = from_numpy(np.ones(n, np.float32), stream)
+    y = from_numpy(np.zeros(n, np.float32), stream)
+    doomed = from_numpy(np.ones(n, np.float32), stream)
+    k = kernels["axpy_float32"][n // 256, 256]
+    k(y, x, y, 1.0, n, stream=stream)                    # eager first: the native config exists
+    stream.synchronize()
+    with capture(stream) as cap:
+        del doomed                                       # cuMemFreeAsync here would break the capture
+        gc.collect()
+        for _ in range(100):
+            k(y, x, y, 1.0, n, stream=stream)
+    np.testing.assert_array_equal(y.to_numpy(stream), 1)
+    cap.graph.replay(3, stream)
+    np.testing.assert_array_equal(y.to_numpy(stream), 301)
+
+
 def test_capture_refuses_the_default_stream(gpu):
     with pytest.raises(LaunchError, match="default stream cannot be captured"):
         with capture(None):

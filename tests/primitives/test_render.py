@@ -16,7 +16,8 @@ from pkptx.isa import Param, Scope, Sem, b32, b8, s32, u32, u64
 from pkptx.primitives import StageRing, wait_parity
 from pkptx.primitives.layout import ParallelLayout, WorldParams, add_layout_params
 from pkptx.primitives.p2p import TMAP_BYTES, load_async, peer_load, peer_red, peer_store, store_async, store_async_all
-from pkptx.primitives.sync import STATUS_WORDS, barrier, publish_async_writes, signal, signal_all, wait
+from pkptx.primitives.sync import (STATUS_WORDS, barrier, publish_async_writes, signal, signal_all, stamp, wait,
+                                   wait_peers)
 from pkptx.primitives.tile import multimem_reduce, reduce_vector, unicast_reduce
 from pkptx.primitives.tma import tensor_map_param
 from pkptx.primitives.wgmma import SWIZZLE_MODE, advance, desc_high, fragment_coords, smem_desc, warp_quad
@@ -111,7 +112,8 @@ def wait_lines(sem: str, scope: str, expected: str, flag_id: str) -> list[str]:
              "atom.global.cas.b32 %r, [%r], 0, 1;", "setp.eq.u32 %r, %r, 0;", "mov.u32 %r, %ctaid.x;",
              "@%r st.global.u32 [%r+4], %r;", f"@%r st.global.u32 [%r+8], {flag_id};",
              f"@%r st.global.u32 [%r+12], {expected};", "@%r st.global.u32 [%r+16], %r;",
-             "@%r st.global.u32 [%r+20], %r;", "exit;", "$L:", "bra $L;", "$L:"]
+             "@%r st.global.u32 [%r+20], %r;", "@%r st.global.u32 [%r+24], 4294967295;",
+             "@%r st.global.u32 [%r+28], 0;", "exit;", "$L:", "bra $L;", "$L:"]
             + ([f"fence.acq_rel.{scope};"] if sem == "relaxed" else []))
 
 
@@ -511,3 +513,39 @@ def test_scratch_parameters_are_what_the_primitives_read():
     assert names[:4] == ["rank", "world", "status", "timeout_ns"]
     assert {"flags_peers", "flags_mc", "x_peers", "x_mc", "t_tmaps", "tm"} <= set(names)
     assert Scratch().k.param("tm").type is b8 and s32.bits == 32
+
+
+# ------------------------------------------------------------------------------ stamps and per-peer waits
+@pytest.mark.parametrize("per_peer", [1, 2])
+def test_wait_peers_names_the_ranks_behind_on_expiry(per_peer):
+    """One acquire poll per slot; the expiry path (only there) re-reads every slot relaxed and stores the
+    first rank behind and the mask into status words 6 and 7."""
+    sc = Scratch()
+    lines = sc.emit(lambda b: wait_peers(b, sc.flag(sc.rank, 4), sc.world, sc.n, per_peer=per_peer,
+                                         sem=Sem.ACQUIRE, scope="sys", deadline=sc.deadline, flag_id=7))
+    assert lines.count("ld.acquire.sys.global.u32 %r, [%r];") == 1
+    assert lines.count("ld.relaxed.sys.global.u32 %r, [%r];") == 1
+    scan = lines.index("ld.relaxed.sys.global.u32 %r, [%r];")
+    assert scan > lines.index("mov.u64 %r, %globaltimer;")           # the scan runs only once late
+    assert "@%r min.u32 %r, %r, %r;" in lines and "@%r or.b32 %r, %r, %r;" in lines
+    assert "@%r st.global.u32 [%r+24], %r;" in lines and "@%r st.global.u32 [%r+28], %r;" in lines
+    assert ("div.u32 %r, %r, 2;" in lines) == (per_peer == 2)
+    sc.assemble()
+
+
+def test_wait_with_a_known_signaller_reports_it():
+    sc = Scratch()
+    lines = sc.emit(lambda b: wait(b, sc.flag(sc.rank, 0), 3, sem=Sem.ACQUIRE, scope="sys", deadline=sc.deadline,
+                                   flag_id=0, peer=sc.idx))
+    assert "shl.b32 %r, %r, %r;" in lines and "@%r st.global.u32 [%r+24], %r;" in lines
+    sc.assemble()
+
+
+def test_stamp_is_one_release_store_and_refuses_weak_order():
+    sc = Scratch()
+    flag = sc.flag(1, 0)
+    assert sc.emit(lambda b: stamp(b, flag, sc.n, sem=Sem.RELEASE, scope="sys")) == [
+        "st.release.sys.global.u32 [%r], %r;"]
+    with pytest.raises(PTXBuildError, match="stamp without release"):
+        stamp(sc.b, flag, 1, sem=Sem.ACQUIRE, scope="sys")
+    sc.assemble()

@@ -5,7 +5,8 @@ A is sharded by rows: rank r owns rows [r·M/W, (r+1)·M/W) of A (M x K), kept i
 A·B_rᵀ (or A·B_r). The first ``num_comm_sms`` tickets are communicators (they never wait, so the compute
 blocks that wait on them may): they push the rank's row blocks to every peer with 1-D bulk copies
 through shared memory and then raise that row block's flag on every peer. Compute blocks start with their own rows and, before loading a peer's row block, wait for its
-flag. Flags count launches (``epoch``), so they are never reset.
+flag. A flag holds the epoch of the launch that last raised it (:mod:`..progress`: device state, the
+same on every rank), so it is never reset and a graph replay waits for its own rows.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 from ...isa import Param, Sem, address, u32, u64
 from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
-from ...primitives.sync import flag_address, publish_async_writes, signal, wait
+from ...primitives.sync import flag_address, publish_async_writes, stamp, wait
 from ..progress import FLAGS, close_barrier
 from ..gemm_parts import tile_of
 from . import gemm
@@ -34,7 +35,7 @@ def build(cfg: Config = Config()):
     g = cfg.gemm
     t = gemm.template(g, f"ag_gemm_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}",
                       params=(gemm.C_PARAM, Param("rows_per_rank", u32),
-                              Param("row_bytes", u32), Param("epoch", u32)),
+                              Param("row_bytes", u32)),
                       layouts=(A, READY, FLAGS), comm_first=True)   # compute blocks wait on the pushers
 
     def own_rows_first(ctx, task):
@@ -50,8 +51,8 @@ def build(cfg: Config = Config()):
         b = ctx.b
         owner = b.div(u32, b.mul(u32, tm, g.tile_m, mode="lo"), ctx.param("rows_per_rank"), name="row_owner")
         with b.if_then(b.setp("ne", u32, owner, ctx.rank, name="remote_rows")):
-            wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.param("epoch"), sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=tm)
+            wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.epoch, sem=Sem.ACQUIRE,
+                 scope="sys", deadline=ctx.deadline, flag_id=tm, peer=owner)
             b.fence_proxy_async("global")
 
     def comm_tasks(ctx):
@@ -81,7 +82,7 @@ def build(cfg: Config = Config()):
                 b.bulk_commit_group()
             publish_async_writes(b)
             for peer in b.range(0, ctx.world, name="dst"):
-                signal(b, flag_address(b, ctx.layouts["ready"], peer, tm), 1, sem=Sem.RELEASE, scope="sys")
+                stamp(b, flag_address(b, ctx.layouts["ready"], peer, tm), ctx.epoch, sem=Sem.RELEASE, scope="sys")
 
     parts = gemm.roles(g, store=gemm.store_c(g), tile=own_rows_first, before_a=await_rows)
 

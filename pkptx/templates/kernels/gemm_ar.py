@@ -2,10 +2,11 @@
 
 Every rank holds a K-shard of A and B and computes the full partial C_r (M x N) into its copy of the
 symmetric buffer ``c``. Each finished slab is TMA-stored locally, and once the store has landed the
-warpgroup raises the tile's flag on the tile's owner (tile t is owned by rank t mod W). The owner's
-communicator SMs wait for the flag to reach every rank's share, then reduce the tile over every rank's
-copy and write the sum back to all of them (multimem in the switch, or the unicast fallback: peer
-loads, f32 sums, stores). One launch; flags count launches (``epoch``).
+warpgroup stamps its slot of the tile's flags on the tile's owner (tile t is owned by rank t mod W;
+one slot per source rank and warpgroup) with the launch's epoch. The owner's communicator SMs wait
+for every slot (a timeout names the ranks behind), then reduce the tile over every rank's copy and
+write the sum back to all of them (multimem in the switch, or the unicast fallback: peer loads, f32
+sums, stores). One launch; the epoch is device state (:mod:`..progress`), so graph replays work.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 from ...errors import PTXBuildError
 from ...isa import Param, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
-from ...primitives.sync import flag_address, publish_async_writes, signal, wait
+from ...primitives.sync import flag_address, publish_async_writes, stamp, wait_peers
 from ...primitives.tile import reduce_vector
 from ..gemm_parts import tile_of
 from ..progress import FLAGS, close_barrier
@@ -46,19 +47,21 @@ def build(cfg: Config = Config()):
     store_local = gemm.store_c(g)
     t = gemm.template(g, f"gemm_ar_{g.dtype}_{g.out_dtype}_{g.b_layout}_{g.tile_m}x{g.tile_n}_s{g.stages}"
                       f"{'_mc' if cfg.multicast else ''}",
-                      params=(gemm.C_PARAM, Param("m", u32), Param("n", u32),
-                              Param("epoch", u32)),
+                      params=(gemm.C_PARAM, Param("m", u32), Param("n", u32)),
                       layouts=(CBUF, DONE, FLAGS))
 
     def store(ctx, acc, tm, tn, wg, staging):
-        """TMA-store the slab into this rank's partial C; once written, count it at the tile's owner."""
+        """TMA-store the slab into this rank's partial C; once written, stamp this rank's and warpgroup's
+        slot of the tile at its owner."""
         b = ctx.b
         store_local(ctx, acc, tm, tn, wg, staging)
         with b.if_then(b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="slab_leader")):
             publish_async_writes(b)
             tile = b.mad(u32, tm, ctx.param("tiles_n"), tn, mode="lo", name="tile_id")
             owner = b.rem(u32, tile, ctx.world, name="tile_owner")
-            signal(b, flag_address(b, ctx.layouts["done"], owner, tile), 1, sem=Sem.RELEASE, scope="sys")
+            slot = b.mad(u32, b.mad(u32, tile, ctx.world, ctx.rank, mode="lo"), g.consumers, wg, mode="lo",
+                         name="done_slot")
+            stamp(b, flag_address(b, ctx.layouts["done"], owner, slot), ctx.epoch, sem=Sem.RELEASE, scope="sys")
 
     def reduce_tile(ctx, task):
         """Walk the tiles in the compute blocks' (grouped) order, so the tile waited for is one the
@@ -68,9 +71,9 @@ def build(cfg: Config = Config()):
         tile = b.mad(u32, tm, ctx.param("tiles_n"), tn, mode="lo", name="ar_tile")
         with b.if_then(b.setp("eq", u32, b.rem(u32, tile, ctx.world), ctx.rank, name="owned"), uniform=True):
             with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
-                expected = b.mul(u32, ctx.param("epoch"), b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo")
-                wait(b, flag_address(b, ctx.layouts["done"], ctx.rank, tile), expected, sem=Sem.ACQUIRE,
-                     scope="sys", deadline=ctx.deadline, flag_id=tile)
+                first = b.mul(u32, tile, b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo", name="tile_slots")
+                wait_peers(b, flag_address(b, ctx.layouts["done"], ctx.rank, first), ctx.world, ctx.epoch,
+                           per_peer=g.consumers, sem=Sem.ACQUIRE, scope="sys", deadline=ctx.deadline, flag_id=tile)
             b.bar_sync(0)
             row0 = b.mul(u32, tm, g.tile_m, mode="lo", name="ar_row0")
             col0 = b.mul(u32, tn, g.tile_n, mode="lo", name="ar_col0")

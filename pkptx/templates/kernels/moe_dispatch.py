@@ -208,7 +208,8 @@ def build_route(cfg: Config = Config()):
                 pos = b.ld(u32, at, space="global", name="pos")
                 b.st(u32, at, b.add(u32, pos, b.ld(u32, word(base, e), space="shared")), space="global")
 
-    return t.build(comm_tasks=comm_tasks, communicator=route)
+    return t.build(comm_tasks=comm_tasks, communicator=route,
+                   epilogue=lambda ctx: close_barrier(ctx, 1, multicast=False))   # leaves the launch counters
 
 
 # ----------------------------------------------------------------------------------------------- push

@@ -1,0 +1,231 @@
+"""Under mpirun: collectives and fused ops captured into CUDA graphs and replayed, and the recovery after a
+rank that refused a call.
+
+``graphs``: each op is called once eagerly on a non-blocking stream (its plan, and the reference
+result), then 100 calls are captured on that stream and the graph is replayed 3 times; the output must
+equal the eager result (bit for bit, GEMM+RS within f32 rounding: its adds land in any order), and an
+eager call after the replays too (the device-side epochs continue across graphs and eager calls).
+``torch``: the same for all_reduce inside ``torch.cuda.graph`` when torch is installed.
+``recovery``: rank 1 refuses an all-reduce (bad op) while the others launch it; each waiting rank must
+get a DeviceTimeoutError naming rank 1, the heap must then refuse calls, and after ``heap.reset()`` on
+every rank good calls must give correct results. ``late``: rank 1 launches an all-reduce after the
+others have given up on it; ranks 0, 2, ... must name rank 1, and rank 1 (whose closing barrier then
+waits in vain) must name every other rank; a reset brings all back. Failures are recorded, not raised,
+so ranks never diverge.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+import ml_dtypes
+import numpy as np
+
+from pkptx.errors import DeviceTimeoutError, HeapStateError
+from pkptx.launch import Device, Stream, SymmetricHeap, World, capture, from_numpy
+from pkptx.ops import collectives, fused
+from pkptx.ops.common import ArgumentError
+from tests.helpers.mpi import report
+
+BF16 = ml_dtypes.bfloat16
+CALLS, REPLAYS = 100, 3
+
+
+def data(seed, shape, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def cases(world, heap):
+    """(name, setup, call, output, exact): setup() writes the inputs, call(stream) queues one op, output
+    is the DeviceArray it writes. Every call is out of place (or idempotent), so 100 in a row equal one."""
+    w, r = world.size, world.rank
+    x, y = heap.alloc((1000, 24), np.float32), heap.alloc((1000, 24), np.float32)
+    g_in, g_out = heap.alloc((96, 10), BF16), heap.alloc((96, 10 * w), BF16)
+    s_in, s_out = heap.alloc((64 * w, 6), np.float32), heap.alloc((64, 6), np.float32)
+    t_in, t_out = heap.alloc((2, 8 * w, 16), BF16), heap.alloc((2 * w, 8, 16), BF16)
+    m, n, k = 128 * w, 256, 128
+    a = from_numpy(data(r + 10, (m, k), BF16))
+    b = from_numpy(data(r + 20, (n, k), BF16))
+    rs_out = heap.alloc((m // w, n), np.float32)
+    ar_out = heap.alloc((m, n), BF16)
+    a_full = heap.alloc((m, k), BF16)
+    ag_out = from_numpy(np.zeros((m, n), BF16))
+    mine = data(r + 30, (m // w, k), BF16)
+    return [
+        ("all_reduce", lambda: x.local.copy_from_numpy(data(r, x.shape)),
+         lambda s: collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=s), y.local, True),
+        ("all_gather", lambda: g_in.local.copy_from_numpy(data(r + 1, g_in.shape, BF16)),
+         lambda s: collectives.all_gather(g_in, world, dim=1, out=g_out, stream=s), g_out.local, True),
+        ("reduce_scatter", lambda: s_in.local.copy_from_numpy(data(r + 2, s_in.shape)),
+         lambda s: collectives.reduce_scatter(s_in, world, dim=0, out=s_out, stream=s), s_out.local, True),
+        ("all_to_all", lambda: t_in.local.copy_from_numpy(data(r + 3, t_in.shape, BF16)),
+         lambda s: collectives.all_to_all(t_in, world, scatter_dim=1, gather_dim=0, out=t_out, stream=s),
+         t_out.local, True),
+        ("gemm_rs", lambda: None,
+         lambda s: fused.gemm_rs(a, b, world, out=rs_out, fused=True, stream=s), rs_out.local, False),
+        ("gemm_ar", lambda: None,
+         lambda s: fused.gemm_ar(a, b, world, out=ar_out, fused=True, num_comm_sms=2, stream=s),
+         ar_out.local, True),
+        ("ag_gemm", lambda: a_full.local.copy_from_numpy(
+            np.concatenate([np.full((r * (m // w), k), np.nan, BF16), mine,
+                            np.full(((w - r - 1) * (m // w), k), np.nan, BF16)])),
+         lambda s: fused.ag_gemm(a_full, b, world, out=ag_out, fused=True, num_comm_sms=2, stream=s),
+         ag_out, True),
+    ]
+
+
+def mismatch(got, want, exact):
+    if exact:
+        bad = got.view(np.uint8) != want.view(np.uint8)
+        return None if not bad.any() else f"{int(bad.sum())} bytes differ"
+    err = float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want.astype(np.float64)), 1e-30))
+    return None if err < 1e-5 else f"relative error {err:g}"
+
+
+def graphs(world, device, heap) -> dict:
+    stream = Stream(non_blocking=True)
+    failures, names = [], []
+    for name, setup, call, output, exact in cases(world, heap):
+        names.append(name)
+
+        def poison(what: str) -> None:
+            """NaN in the output everywhere before any rank runs again (so work not done shows)."""
+            output.fill(float("nan"))
+            device.synchronize()
+            world.barrier(what=f"{name}: {what}")
+        try:
+            setup()
+            poison("inputs written")
+            call(stream)                                   # the plan, and the eager result
+            collectives.synchronize(stream, what=f"{name} eager")
+            want = output.to_numpy()
+            with capture(stream) as cap:
+                for _ in range(CALLS):
+                    call(stream)
+            poison("captured")
+            cap.graph.replay(REPLAYS, stream)
+            collectives.synchronize(stream, what=f"{name} replays")
+            bad = mismatch(output.to_numpy(), want, exact)
+            poison("replayed")
+            call(stream)                                   # eager again, after the graph's launches
+            collectives.synchronize(stream, what=f"{name} eager after replays")
+            bad = bad or mismatch(output.to_numpy(), want, exact)
+            if bad:
+                failures.append(dict(op=name, error=bad))
+        except Exception:
+            failures.append(dict(op=name, error=traceback.format_exc()[-1500:]))
+        world.barrier(what=f"{name} done")
+    return dict(cases=names, failures=failures)
+
+
+def torch_graph(world, heap) -> dict:
+    try:
+        import torch
+    except ImportError:
+        return dict(skipped="torch is not installed")
+    x, y = heap.alloc((4096,), np.float32), heap.alloc((4096,), np.float32)
+    x.local.copy_from_numpy(data(world.rank + 5, x.shape))
+    torch.cuda.synchronize()
+    world.barrier(what="torch: inputs written")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=side)   # warm-up: the plan
+    collectives.synchronize(side, what="torch warm-up")
+    want = y.local.to_numpy()
+    y.local.fill(0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        s = torch.cuda.current_stream()                 # the capture stream, passed as a torch stream
+        for _ in range(10):
+            collectives.all_reduce(x, world, out=y, algorithm="one_shot", stream=s)
+    for _ in range(REPLAYS):
+        graph.replay()
+    torch.cuda.synchronize()
+    collectives.synchronize(what="torch replays")
+    bad = mismatch(y.local.to_numpy(), want, True)
+    return dict(failures=[bad] if bad else [])
+
+
+def recovery(world, device, heap) -> dict:
+    out = dict(failures=[])
+    x = heap.alloc((5000,), np.float32)
+    collectives.all_reduce(x, world)        # every rank has this heap's flags before one refuses a call
+    collectives.synchronize(what="recovery: warm-up")
+    x.local.copy_from_numpy(np.full(5000, world.rank + 1, np.float32))
+    device.synchronize()
+    world.barrier(what="recovery: inputs written")
+    try:
+        collectives.all_reduce(x, world, op="mean" if world.rank == 1 else "sum", timeout=2.0)
+        collectives.synchronize(what="recovery: the call rank 1 refused")
+        out["failures"].append("no DeviceTimeoutError")
+    except ArgumentError as exc:
+        out["refused"] = str(exc)
+    except DeviceTimeoutError as exc:
+        out.update(timeout=str(exc), missing=exc.missing)
+        try:
+            collectives.all_reduce(x, world)
+            out["failures"].append("a poisoned heap took a call")
+        except HeapStateError as refused:
+            out["poisoned"] = str(refused)
+    heap.reset()
+    x.local.copy_from_numpy(np.full(5000, world.rank + 1, np.float32))
+    device.synchronize()
+    world.barrier(what="recovery: inputs written again")
+    for i in range(3):
+        collectives.all_reduce(x, world, timeout=10.0)
+        collectives.synchronize(what=f"recovery: good call {i}")
+        want = (world.size * (world.size + 1) // 2) * world.size ** i
+        got = x.local.to_numpy()
+        if not np.all(got == want):
+            out["failures"].append(f"after reset, call {i}: got {got[:3]}, expected {want}")
+    return out
+
+
+def late(world, device, heap) -> dict:
+    out = dict(failures=[])
+    x = heap.alloc((5000,), np.float32)
+    x.local.fill(1.0)
+    collectives.all_reduce(x, world)
+    collectives.synchronize(what="late: warm-up")
+    device.synchronize()
+    world.barrier(what="late: ready")
+    if world.rank == 1:
+        time.sleep(3.0)                            # the others give up after 1 s
+    collectives.all_reduce(x, world, timeout=1.0)
+    try:
+        collectives.synchronize(what="late all_reduce")
+        out["failures"].append("no DeviceTimeoutError")
+    except DeviceTimeoutError as exc:
+        out.update(timeout=str(exc), missing=exc.missing)
+    heap.reset()
+    x.local.fill(1.0)
+    device.synchronize()
+    world.barrier(what="late: after reset")
+    collectives.all_reduce(x, world)
+    collectives.synchronize(what="late: after reset")
+    if not np.all(x.local.to_numpy() == world.size):
+        out["failures"].append("wrong all_reduce after the reset")
+    return out
+
+
+def main() -> None:
+    world = World()
+    device = Device(world.device_ordinal()).set_current()
+    heap = SymmetricHeap(world, 64 << 20)
+    wanted = sys.argv[1:] or ["graphs", "torch", "recovery", "late"]
+    if "graphs" in wanted:
+        report(world.rank, "graphs", **graphs(world, device, heap))
+    if "torch" in wanted:
+        report(world.rank, "torch", **torch_graph(world, heap))
+    if "recovery" in wanted and world.size > 1:
+        report(world.rank, "recovery", **recovery(world, device, heap))
+    if "late" in wanted and world.size > 1:
+        report(world.rank, "late", **late(world, device, heap))
+    heap.close()
+    world.close()
+
+
+if __name__ == "__main__":
+    main()
