@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pkptx.isa import Param, address, u32, u64
 from pkptx.ops.moe import MoeArgumentError, check_grouped, max_groups_for
+from pkptx.templates.progress import flag_words
 from pkptx.templates.kernels import grouped_gemm, moe_combine, moe_dispatch, moe_dispatch_gemm
 from pkptx.templates.lcsc import Buffer, Template
 from pkptx.toolchain import assemble
@@ -206,7 +207,8 @@ def test_route_kernel_matches_the_layout_model(case, seed):
     kernel = moe_dispatch.build_route(moe_dispatch.Config(max_experts=16))
     m = Machine(seed=seed)
     shared = {}
-    for name, nbytes in (("counts", 4 * world * experts), ("ready", 4), ("arrivals", 4 * blocks), ("flags", 16)):
+    for name, nbytes in (("counts", 4 * world * experts), ("ready", 4), ("arrivals", 4 * blocks),
+                         ("flags", 4 * flag_words(world))):
         allocs = [m.alloc(nbytes, name=name, rank=r, fill=0xFF if name == "arrivals" else 0) for r in range(world)]
         tables = [m.from_numpy(np.array([a.base for a in allocs], np.uint64), name=f"{name}_peers", rank=r)
                   for r in range(world)]
@@ -219,7 +221,7 @@ def test_route_kernel_matches_the_layout_model(case, seed):
         status = m.alloc(32, name="status", rank=r, fill=0)
         values = dict(ids=m.from_numpy(ids[r], rank=r), pairs=ids[r].size, experts=experts, local=experts // world,
                       slots=slots, order=order, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world,
-                      status=status, timeout_ns=10**12, num_comm_sms=1, barrier_base=0, launch_base=0)
+                      status=status, timeout_ns=10**12, num_comm_sms=1)
         for name, (_, tables) in shared.items():
             values.update({f"{name}_peers": tables[r], f"{name}_mc": 0})
         m.launch(kernel, 1, moe_dispatch.ROUTE_THREADS, *route_args(kernel, values), rank=r)
@@ -298,7 +300,7 @@ def test_combine_kernel_sums_weighted_expert_rows(case, n_units, out_dtype, seed
     kernel = moe_combine.build(moe_combine.Config(out_dtype=out_dtype, threads=64))
     m = Machine(seed=seed)
     _, y_tables = pgl(m, "y", ys)
-    _, flag_tables = pgl(m, "flags", [16] * world)
+    _, flag_tables = pgl(m, "flags", [4 * flag_words(world)] * world)
     outs = []
     out_type = ml_dtypes.bfloat16 if out_dtype == "bf16" else np.float32
     for r in range(world):
@@ -308,7 +310,7 @@ def test_combine_kernel_sums_weighted_expert_rows(case, n_units, out_dtype, seed
         values = dict(ids=m.from_numpy(ids[r], rank=r), slots=m.from_numpy(slots[r], rank=r),
                       weights=m.from_numpy(weights[r], rank=r), units=tokens * n_units, row_units=n_units,
                       topk=ids[r].shape[1], local=local, out=out, rank=r, world=world, status=status,
-                      timeout_ns=10**12, num_comm_sms=2, barrier_base=0, launch_base=0, y_peers=y_tables[r], y_mc=0,
+                      timeout_ns=10**12, num_comm_sms=2, y_peers=y_tables[r], y_mc=0,
                       flags_peers=flag_tables[r], flags_mc=0)
         m.launch(kernel, 2, 64, *route_args(kernel, values), rank=r)
         outs.append((out, status))
