@@ -18,6 +18,7 @@ KERNEL_MODULES = (
     "pkptx.templates.kernels.gemm_ar",
     "pkptx.templates.kernels.attention",
     "pkptx.templates.kernels.attention_merge",
+    "pkptx.templates.kernels.ring_attention",
 )
 
 

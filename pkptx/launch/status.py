@@ -16,6 +16,7 @@ from .timeouts import ENV as TIMEOUT_ENV, default_timeout_s, to_ns
 
 WORDS = 8
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # pkptx.primitives.mbarrier.MBARRIER_FLAG_ID (launch does not import primitives)
+PEER_FLAG = 0x50000000             # pkptx.templates.kernels.ring_attention.PEER_FLAG: a wait on data of rank id & 0xFFFF
 # Device waits' budget: PKPTX_TIMEOUT_S when set (pkptx.launch.timeouts), else 10 s; ops take timeout_ns=.
 DEFAULT_TIMEOUT_NS = to_ns(default_timeout_s()) if os.environ.get(TIMEOUT_ENV) else 10 * 10**9
 
@@ -40,6 +41,11 @@ class DeviceStatus:
             raise DeviceTimeoutError(
                 f"{what}: rank {w[1]} timed out{budget} in block {w[5]} waiting for an mbarrier phase of parity "
                 f"{w[3]}: a TMA or bulk copy never completed (or its byte count was wrong)")
+        if w[2] & 0xFFFF0000 == PEER_FLAG:
+            peer = w[2] & 0xFFFF
+            raise DeviceTimeoutError(
+                f"{what}: rank {w[1]} timed out{budget} waiting for rank {peer} (block {w[5]}): rank {peer} never "
+                f"joined or its data never arrived (did every rank launch it?)")
         raise DeviceTimeoutError(
             f"{what}: rank {w[1]} timed out{budget} waiting on flag {w[2]} for a value >= {w[3]} "
             f"(it saw {w[4]}; block {w[5]}): a peer never signalled (did every rank launch it?)")

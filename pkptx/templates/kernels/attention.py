@@ -16,11 +16,12 @@ see no key get O = 0 and LSE = -inf.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, address, b8, f32, s32, u32, u64
+from ...isa import Param, Reg, address, b8, f32, s32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
@@ -93,25 +94,71 @@ def template(cfg: Config) -> Template:
         consumers=cfg.consumers, progress=False)       # no block waits on another
 
 
-def task_coords(ctx, task):
-    """(batch, head, query block) of a task: blocks of one (batch, head) adjacent, the last first."""
+@dataclass(frozen=True)
+class Task:
+    """What the loader and the consumers need of one task: its (batch, head, query block), how many
+    query rows its Q chunk has (rows at or past it are neither stored nor given an LSE), the TMA
+    coordinates of Q/O rows and the LSE index of a row."""
+    batch: Reg
+    head: Reg
+    qb: Reg
+    rows: Reg
+    q_coords: Callable       # (column, row) -> coordinates in tmap_q / tmap_o
+    lse_index: Callable      # row -> u32 index into lse
+
+
+@dataclass(frozen=True)
+class Keys:
+    """One run of K/V blocks a task attends to: key j of the run is visible to row i when ``j < seq_k``
+    and ``j <= i + diag``; the loader's tensor maps and coordinates for key ``key``, and what it must
+    do before loading block ``kb`` (e.g. wait for the block to arrive from a peer)."""
+    seq_k: Reg
+    diag: Reg
+    tmap: Callable = None            # "k" | "v" -> tensor map address (loader only)
+    coords: Callable = None          # (column, key) -> coordinates (loader only)
+    before_load: Callable = None     # kb -> None (loader only)
+
+
+class Plan:
+    """Single-GPU attention: tasks (batch, head, query block), blocks of one (batch, head) adjacent, the
+    last first; one run of keys, the whole K/V of the (batch, head)."""
+    params = ()
+
+    def tasks(self, ctx):
+        return ctx.param("tasks")
+
+    def task(self, ctx, task) -> Task:
+        b = ctx.b
+        q_blocks, heads = ctx.param("q_blocks"), ctx.param("heads")
+        bh = b.div(u32, task, q_blocks, name="bh")
+        qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
+        batch, head = b.div(u32, bh, heads, name="batch"), b.rem(u32, bh, heads, name="head")
+        seq_q = ctx.param("seq_q")
+        return Task(batch, head, qb, seq_q, lambda col, row: (col, head, row, batch),
+                    lambda row: b.mad(u32, b.mad(u32, batch, heads, head, mode="lo"), seq_q, row, mode="lo",
+                                      name="lse_index"))
+
+    def keys(self, ctx, t: Task, body: Callable[[Keys], None], *, loader: bool) -> None:
+        b = ctx.b
+        if not loader:
+            body(Keys(ctx.param("seq_k"), ctx.param("diag")))
+            return
+        kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
+        maps = {x: tensor_map_param(b, f"tmap_{x}") for x in "kv"}
+        body(Keys(ctx.param("seq_k"), ctx.param("diag"), maps.__getitem__,
+                  lambda col, key: (col, kv_head, key, t.batch)))
+
+
+def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
+    """K/V blocks of a run a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
     b = ctx.b
-    q_blocks = ctx.param("q_blocks")
-    bh = b.div(u32, task, q_blocks, name="bh")
-    qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
-    return b.div(u32, bh, ctx.param("heads"), name="batch"), b.rem(u32, bh, ctx.param("heads"), name="head"), qb
+    end = b.min(u32, b.add(u32, first_row, cfg.rows), t.rows, name="rows_end")
+    last = b.max(s32, b.add(s32, end, keys.diag), 0, name="keys_end")
+    last = b.min(s32, last, keys.seq_k, name="keys_end")
+    return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
 
 
-def kv_blocks(ctx, cfg: Config, first_row):
-    """K/V blocks a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
-    b = ctx.b
-    end = b.min(u32, b.add(u32, first_row, cfg.rows), ctx.param("seq_q"), name="rows_end")
-    keys = b.max(s32, b.add(s32, end, ctx.param("diag")), 0, name="keys_end")
-    keys = b.min(s32, keys, ctx.param("seq_k"), name="keys_end")
-    return b.div(u32, b.add(u32, keys, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
-
-
-def roles(cfg: Config) -> dict:
+def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
     def prologue(ctx):
@@ -121,10 +168,9 @@ def roles(cfg: Config) -> dict:
         """One lane: Q of the block once its buffer is free, then K and V block by block."""
         b = ctx.b
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
-            batch, head, qb = task_coords(ctx, task)
-            kv_head = b.div(u32, head, ctx.param("group"), name="kv_head")
-            first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
-            maps = {t: tensor_map_param(b, f"tmap_{t}") for t in "qkv"}
+            t = plan.task(ctx, task)
+            first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
+            tmap_q = tensor_map_param(b, "tmap_q")
             q_phase = b.and_("b32", ctx.param("tq"), 1, name="q_phase")
             wait_parity(b, ctx.rings["q_empty"].bar(b, 0), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
                         name="wait_q_free")
@@ -133,43 +179,43 @@ def roles(cfg: Config) -> dict:
             for wg in range(cfg.consumers):
                 row = b.add(u32, first_row, wg * ROWS, name="q_row")
                 for db in range(d_boxes):
-                    b.tensor_load(address(ctx.smem["smem_q"], q_box_offset(wg, db, cfg.head_dim)), maps["q"],
-                                  (db * BOX_COLS, head, row, batch), q_full)
-            for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
-                stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
-                            name="wait_kv_free")
-                key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-                for t, ring in (("k", "k_full"), ("v", "v_full")):
-                    full = ctx.rings[ring].bar(b, stage)
-                    b.mbarrier_arrive_expect_tx(full, cfg.kv_bytes)
-                    tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{t}"], mode="lo", name=f"{t}_dst")
-                    for kk in range(k_boxes):
-                        key = b.add(u32, key0, kk * BOX_ROWS, name="key")
-                        for db in range(d_boxes):
-                            offset = (k_box_offset(db, kk, cfg.block_k) if t == "k"
-                                      else v_box_offset(db, kk, cfg.head_dim))
-                            b.tensor_load(address(tile, offset), maps[t], (db * BOX_COLS, kv_head, key, batch), full)
-                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                    b.tensor_load(address(ctx.smem["smem_q"], q_box_offset(wg, db, cfg.head_dim)), tmap_q,
+                                  t.q_coords(db * BOX_COLS, row), q_full)
+
+            def run(keys: Keys):
+                for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
+                    stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+                    wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1),
+                                deadline=ctx.deadline, name="wait_kv_free")
+                    if keys.before_load is not None:
+                        keys.before_load(j)
+                    key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+                    for x, ring in (("k", "k_full"), ("v", "v_full")):
+                        full = ctx.rings[ring].bar(b, stage)
+                        b.mbarrier_arrive_expect_tx(full, cfg.kv_bytes)
+                        tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
+                        for kk in range(k_boxes):
+                            key = b.add(u32, key0, kk * BOX_ROWS, name="key")
+                            for db in range(d_boxes):
+                                offset = (k_box_offset(db, kk, cfg.block_k) if x == "k"
+                                          else v_box_offset(db, kk, cfg.head_dim))
+                                b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key),
+                                              full)
+                    b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
+            plan.keys(ctx, t, run, loader=True)
             b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
 
     def consumer(ctx, task):
         """Each warpgroup: its 64 rows against every K/V block of the task, then O (and LSE) out."""
         b = ctx.b
-        batch, head, qb = task_coords(ctx, task)
+        t = plan.task(ctx, task)
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         wg_tid = b.and_("b32", ctx.role_tid, 127, name="wg_tid")
         frag_row, frag_col = warp_quad(b, wg_tid)
-        first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
+        first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
         wg_row = b.mad(u32, wg, ROWS, first_row, mode="lo", name="wg_row")
         rows = [b.add(u32, b.add(u32, wg_row, frag_row), 8 * h, name="row") for h in (0, 1)]
-        seq_k, diag = ctx.param("seq_k"), ctx.param("diag")
-
-        def key_limit(row):
-            return b.min(s32, b.add(s32, b.add(s32, row, diag), 1), seq_k, name="key_limit")
-
-        wg_limit = key_limit(wg_row)
-        row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
         wait_parity(b, ctx.rings["q_full"].bar(b, 0), b.and_("b32", ctx.param("tq"), 1), deadline=ctx.deadline,
@@ -181,41 +227,50 @@ def roles(cfg: Config) -> dict:
         for o in o_acc:
             b.mov(f32, 0.0, into=o)
         scale_log2 = ctx.param("scale_log2")
-        for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
-            stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-            wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
-                        name="wait_k")
-            s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-            k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
-            for db in range(d_boxes):
-                mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
-                            b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
-                            n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
-            b.wgmma_wait_group(0)
-            key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-            partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
-            with b.if_then(partial, uniform=True):
-                mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
-            online_softmax(b, s_acc, o_acc, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
-                           row_max=row_max, row_sum=row_sum)
-            p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
-            wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
-                        name="wait_v")
-            v_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_v"], mode="lo", name="v_tile")
-            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
-            b.wgmma_wait_group(0)
-            b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
-            b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
+        def run(keys: Keys):
+            def key_limit(row):
+                return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
+
+            wg_limit = key_limit(wg_row)
+            row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
+            for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
+                stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+                wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                            name="wait_k")
+                s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
+                for db in range(d_boxes):
+                    mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
+                                b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
+                                n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+                b.wgmma_wait_group(0)
+                key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+                partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
+                with b.if_then(partial, uniform=True):
+                    mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
+                online_softmax(b, s_acc, o_acc, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
+                               row_max=row_max, row_sum=row_sum)
+                p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
+                wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                            name="wait_v")
+                v_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_v"], mode="lo", name="v_tile")
+                pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
+                b.wgmma_wait_group(0)
+                b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
+                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
+        plan.keys(ctx, t, run, loader=False)
         b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, 0), pred=lane0)
-        finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head)
+        finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t)
         b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
 
-    return dict(num_tasks=lambda ctx: ctx.param("tasks"), prologue=prologue, loader=loader, consumer=consumer)
+    return dict(num_tasks=plan.tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
-def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head) -> None:
-    """O / l through the warpgroup's staging buffer to a TMA store (rows past S_q are clipped), and
-    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below S_q when ``lse`` is not null."""
+def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t: Task) -> None:
+    """O / l through the warpgroup's staging buffer to a TMA store (rows past the tensor are clipped), and
+    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null."""
     b = ctx.b
     lse = ctx.param("lse")
     want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
@@ -228,17 +283,16 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
         for o in half_regs(o_acc, cfg.head_dim, half):
             b.mul(f32, o, inv, into=o)
         value = b.mul(f32, b.add(f32, row_max[half], b.lg2(f32, total, ftz=True)), LN2, name="lse")
-        store = b.setp("lt", u32, rows[half], ctx.param("seq_q"), combine="and", c=want_lse, name="store_lse")
+        store = b.setp("lt", u32, rows[half], t.rows, combine="and", c=want_lse, name="store_lse")
         store = b.and_("pred", store, lane_first, name="store_lse")
-        index = b.mad(u32, b.mad(u32, batch, ctx.param("heads"), head, mode="lo"), ctx.param("seq_q"), rows[half],
-                      mode="lo", name="lse_index")
+        index = t.lse_index(rows[half])
         with b.if_then(store):
             b.st(f32, address(b.add(u64, lse, b.mul(u32, index, 4, mode="wide"), name="lse_addr")), value,
                  space="global")
     tmap_o = tensor_map_param(b, "tmap_o")
     staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
     stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
-                       issue=lambda sub, col: b.tensor_store(tmap_o, (col, head, wg_row, batch), address(sub)))
+                       issue=lambda sub, col: b.tensor_store(tmap_o, t.q_coords(col, wg_row), address(sub)))
 
 
 def build(cfg: Config = Config()):

@@ -1,0 +1,154 @@
+"""Sequence parallelism: ``ring_attention(q, k, v, world, *, causal=False, ...)`` and
+``ulysses_attention(q, k, v, world, *, causal=False, ...)``, each one persistent launch.
+
+Layouts as :func:`pkptx.attention`: (B, S, H, D), bf16/f16, D 64/128, K/V heads dividing Q heads. Every
+rank passes its sequence shard (S rows, the same S on every rank); the result is its shard of attention
+over the whole sequence. Ring, causal: the shard is the rank's zigzag chunks (r and 2·world-1-r of the
+full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_attention.shard`), so S must be
+even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
+
+The receive buffers live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
+grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
+never calls makes the others' kernels give up after ``timeout_ns``; :func:`pkptx.synchronize` then raises
+a DeviceTimeoutError naming it. Every argument is checked before any GPU work (``check_ring`` and
+``check_ulysses`` do it on shapes alone).
+"""
+from __future__ import annotations
+
+import math
+
+from ..launch import Device, DeviceArray, empty
+from ..launch.flags import FlagArray
+from ..launch.status import DEFAULT_TIMEOUT_NS
+from ..launch.symmetric import SymmetricHeap
+from ..launch.occupancy import context_sm_count
+from ..templates.kernels import ring_attention as ring_kernel
+from . import collectives
+from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
+from .common import dtype_name, load, ordered_args
+from .gemm import _tensor_map
+
+_MASK32 = (1 << 32) - 1
+HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
+BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
+
+
+class SequenceArgumentError(AttentionArgumentError):
+    """A ring/Ulysses attention argument that cannot work (raised before any GPU work)."""
+
+
+def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
+               out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
+               sm_count: int | None = None) -> dict:
+    """The launch plan of a ring attention after checking every rule; no GPU needed."""
+    op = "ring_attention"
+    try:
+        batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
+            q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, out_shape, out_dtype, lse_shape, lse_dtype,
+            causal=causal, scale=scale)
+    except AttentionArgumentError as exc:
+        raise SequenceArgumentError(str(exc).replace("attention:", f"{op}:", 1)) from None
+    if not isinstance(world_size, int) or world_size < 1:
+        raise SequenceArgumentError(f"{op}: world size must be a positive int, got {world_size!r}")
+    if seq_q != seq_k:
+        raise SequenceArgumentError(f"{op}: q and k/v must hold the same shard of the sequence (S = {seq_q} and "
+                                    f"{seq_k})")
+    if causal and seq_q % 2:
+        raise SequenceArgumentError(f"{op}: causal needs an even shard length S (the zigzag halves), got {seq_q}")
+    if batch * world_size * seq_q >= 2**31:
+        raise SequenceArgumentError(f"{op}: B·world·S = {batch * world_size * seq_q} must be below 2**31")
+    if num_comm_sms is not None:
+        limit = (sm_count or 2**31) - 1
+        if not isinstance(num_comm_sms, int) or isinstance(num_comm_sms, bool) or not 1 <= num_comm_sms <= limit:
+            raise SequenceArgumentError(f"{op}: num_comm_sms must be None or in 1..{limit} (this context's SMs "
+                                        f"less one), got {num_comm_sms!r}")
+    cfg = ring_kernel.default_config(dtype_name(q_dtype), dim, causal)
+    chunk = seq_q // cfg.halves
+    k_blocks = -(-chunk // ring_kernel.KEY_BLOCK)
+    q_blocks = -(-chunk // cfg.attention.rows)
+    return dict(cfg=cfg, batch=batch, seq=seq_q, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
+                k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
+                pieces=batch * cfg.halves * k_blocks, flags=1 + batch * world_size * cfg.halves * k_blocks,
+                row_bytes=kv_heads * dim * 2,
+                num_comm_sms=0 if world_size == 1 else (num_comm_sms or 4))
+
+
+# ------------------------------------------------------------------ receive buffers in a symmetric heap
+class _Workspace:
+    """Receive buffers and flag arrays per (purpose, shapes), in the caller's heap or a private one."""
+
+    def __init__(self):
+        self.private: dict[int, SymmetricHeap] = {}
+        self.items: dict[tuple, object] = {}
+
+    def get(self, world, heap, key, nbytes: int, make):
+        """``make(heap)`` once per heap and ``key``; a private heap is re-made larger when it has no room
+        for ``nbytes`` more (every rank makes the same calls, so every rank does it at the same one)."""
+        if heap is not None:
+            if not isinstance(heap, SymmetricHeap) or heap.world is not world:
+                raise SequenceArgumentError("heap must be a SymmetricHeap of the world passed (or None)")
+        else:
+            heap = self.private.get(id(world))
+            if heap is None or heap.closed or ((id(heap), key) not in self.items
+                                               and heap.free_bytes < nbytes + HEAP_SLACK):
+                if heap is not None and not heap.closed:
+                    Device.current().synchronize()            # no kernel still uses the old one
+                    self.items = {k: v for k, v in self.items.items() if k[0] != id(heap)}
+                    heap.close()
+                else:
+                    world.on_close(lambda: self.private.pop(id(world), None))
+                heap = self.private[id(world)] = SymmetricHeap(world, 2 * (nbytes + HEAP_SLACK))
+        if (id(heap), key) not in self.items:
+            self.items[(id(heap), key)] = make(heap)
+        return self.items[(id(heap), key)]
+
+
+_workspace = _Workspace()
+
+
+def _view(arr: DeviceArray, shape) -> DeviceArray:
+    return DeviceArray.from_pointer(arr.ptr, shape, arr.dtype, owner=arr)
+
+
+def _inputs(op: str, q, k, v, out, lse):
+    q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    return q, k, v, _optional(out, op, "out"), _optional(lse, op, "lse")
+
+
+def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
+                   heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
+                   timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+    """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
+    shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp."""
+    op = "ring_attention"
+    q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
+    p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *_shape_dtype(out),
+                   *_shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
+                   sm_count=context_sm_count())
+    cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
+    if out is None:
+        out = empty(q.shape, q.dtype)
+    ring_shape = (p["batch"], w * p["seq"], p["kv_heads"], p["dim"])
+    ring_bytes = 2 * math.prod(ring_shape) * 2 + 4 * p["flags"]
+    kr, vr, arrive = _workspace.get(world, heap, ("ring", ring_shape, str(q.dtype), halves), ring_bytes, lambda h: (
+        h.alloc(ring_shape, q.dtype), h.alloc(ring_shape, q.dtype), FlagArray(h, p["flags"])))
+    device = Device.current()
+    kernel = load(ring_kernel.build, cfg, device)
+    b, c, heads, kvh, d = p["batch"], p["chunk"], p["heads"], p["kv_heads"], p["dim"]
+    maps = dict(tmap_q=_view(q, (b, halves, c, heads, d)), tmap_o=_view(out, (b, halves, c, heads, d)),
+                tmap_k=_view(k, (b, halves, c, kvh, d)), tmap_v=_view(v, (b, halves, c, kvh, d)),
+                tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
+    state = collectives._state(kr)
+    scale = p["dim"] ** -0.5 if scale is None else float(scale)
+    state.launch(kernel, 128 * (1 + cfg.attention.consumers), w, stream, timeout_ns, smem=cfg.smem_bytes,
+                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], rounds=0,
+                 **{n: _tensor_map(a, BOX5) for n, a in maps.items()},
+                 lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
+                 q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
+                 pieces=p["pieces"], row_bytes=p["row_bytes"], epoch=arrive.advance() & _MASK32,
+                 scale_log2=scale * math.log2(math.e), **state.layout_args("kr", kr), **state.layout_args("vr", vr),
+                 **state.layout_args("arrive", arrive.buffer))
+    return out
+
+
+__all__ = ["ring_attention", "check_ring", "SequenceArgumentError"]

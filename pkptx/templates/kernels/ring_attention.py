@@ -1,0 +1,292 @@
+"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; K/V shards
+travel around the ring while the compute blocks attend to the shards already in hand, and the online
+softmax simply runs on across shards, so partial results are never merged (no merge pass, no LSE
+round trip).
+
+Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the previous rank's
+communicators and on the next rank's ticket 0, never on compute blocks) forward shards: at step
+s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
+r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
+memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
+(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). Piece p is
+always moved by communicator ``p mod num_comm_sms`` on every rank, so a communicator waits only on
+its namesake of the previous rank, which has started (by induction over the worker index) or never
+waits (:mod:`..progress`).
+
+Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
+the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
+first push into r+1, a communicator waits until r+1's ticket 0 has signalled that r+1's launch started
+(its previous call, earlier on its stream, is done reading the slots). Compute loaders, before
+TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquire.sys``;
+``fence.proxy.async.global``). Flags count calls (``epoch``), so they are never reset. Waits name in
+their flag id the rank whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
+
+Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
+2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
+pair is full (key chunk earlier), diagonal (the same chunk) or skipped (later): a run of keys with
+``diag`` = chunk, 0 or -chunk in :mod:`.attention`'s terms. Non-causal: one chunk per shard, all full.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...isa import Param, Sem, address, b8, f32, u32, u64
+from ...primitives import wait_parity
+from ...primitives.layout import ParallelLayout
+from ...primitives.sync import flag_address, publish_async_writes, signal, wait
+from ...primitives.tma import tensor_map_param
+from ..lcsc import Ring
+from . import attention
+
+KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
+READY = 0                 # arrive[0]: the next rank's launch has started (it adds 1 per call)
+PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
+KEY_BLOCK = 128           # keys per piece (and per arrival flag)
+PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
+    Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
+    Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
+    Param("k_blocks", u32), Param("pieces", u32), Param("row_bytes", u32), Param("epoch", u32),
+    Param("scale_log2", f32))
+
+
+@dataclass(frozen=True)
+class Config:
+    attention: attention.Config = attention.Config()
+    causal: bool = False
+
+    @property
+    def halves(self) -> int:
+        """Chunks per shard: 2 with zigzag (causal), else 1."""
+        return 2 if self.causal else 1
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.attention.smem_bytes
+
+    @property
+    def name(self) -> str:
+        return f"ring_{self.attention.name}{'_causal' if self.causal else ''}"
+
+
+def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
+    """arrive[1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
+    slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
+    if halves == 2:
+        slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
+    return b.add(u32, b.mad(u32, slot, ctx.param("k_blocks"), kb, mode="lo"), 1, name="piece_flag")
+
+
+def await_piece(ctx, index, src) -> None:
+    """Acquire the piece's arrival, then order it before the async proxy's (TMA) reads of the data."""
+    b = ctx.b
+    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), ctx.param("epoch"), sem=Sem.ACQUIRE,
+         scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+    b.fence_proxy_async("global")
+
+
+@dataclass(frozen=True)
+class RingTask(attention.Task):
+    qhalf: object = None      # which chunk of the shard the task's rows are in (0 with one chunk)
+
+
+class RingPlan(attention.Plan):
+    """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
+    keys shard by shard in arrival order (own shard first), chunk by chunk."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+
+    def task(self, ctx, task) -> attention.Task:
+        b, halves = ctx.b, self.cfg.halves
+        q_blocks, heads, chunk = ctx.param("q_blocks"), ctx.param("heads"), ctx.param("chunk")
+        qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
+        rest = b.div(u32, task, q_blocks, name="task_rest")
+        qhalf = b.sub(u32, 1, b.and_("b32", rest, 1), name="qhalf") if halves == 2 else b.mov(u32, 0, name="qhalf")
+        bh = b.shr(u32, rest, 1, name="bh") if halves == 2 else rest
+        batch, head = b.div(u32, bh, heads, name="batch"), b.rem(u32, bh, heads, name="head")
+        rows0 = b.mul(u32, b.mad(u32, bh, halves, qhalf, mode="lo"), chunk, mode="lo", name="lse_rows")
+        return RingTask(batch, head, qb, chunk, lambda col, row: (col, head, row, qhalf, batch),
+                        lambda row: b.add(u32, rows0, row, name="lse_index"), qhalf)
+
+    def keys(self, ctx, t, body, *, loader: bool) -> None:
+        b, cfg, halves = ctx.b, self.cfg, self.cfg.halves
+        world, rank, chunk = ctx.world, ctx.rank, ctx.param("chunk")
+        if cfg.causal:
+            last = b.sub(u32, b.mul(u32, world, 2, mode="lo"), 1, name="last_chunk")
+            own_late = b.sub(u32, last, rank, name="late_chunk")
+            gq = b.selp(u32, own_late, rank, b.setp("ne", u32, t.qhalf, 0), name="q_chunk")
+        if loader:
+            kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
+            maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
+        neg_chunk = b.neg("s32", chunk, name="skip_run")
+        for u in b.range(0, b.mul(u32, world, halves, mode="lo"), name="run"):
+            step = b.shr(u32, u, 1, name="step") if halves == 2 else u
+            khalf = b.and_("b32", u, 1, name="khalf") if halves == 2 else b.mov(u32, 0, name="khalf")
+            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), step), world, name="src")
+            if cfg.causal:
+                gk = b.selp(u32, b.sub(u32, last, src), src, b.setp("ne", u32, khalf, 0), name="k_chunk")
+                later = b.selp("s32", neg_chunk, 0, b.setp("gt", u32, gk, gq), name="run_diag")
+                diag = b.selp("s32", chunk, later, b.setp("lt", u32, gk, gq), name="run_diag")
+            else:
+                diag = chunk
+            if not loader:
+                body(attention.Keys(chunk, diag))
+                continue
+            own = b.setp("eq", u32, step, 0, name="own_shard")
+            slot = b.selp(u32, khalf, b.mad(u32, src, halves, khalf, mode="lo"), own, name="slot")
+            tmaps = {x: b.selp(u64, maps[x][0], maps[x][1], own, name=f"tmap_{x}_run") for x in "kv"}
+
+            def before_load(kb, src=src, khalf=khalf, own=own):
+                with b.if_then(b.not_("pred", own, name="from_peer")):
+                    await_piece(ctx, arrival_index(b, t.batch, src, khalf, kb, ctx, halves), src)
+
+            body(attention.Keys(chunk, diag, tmaps.__getitem__,
+                                lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
+
+
+def build(cfg: Config = Config()):
+    a = cfg.attention
+    chunk_bytes = a.kv_bytes                   # one relay stage: smem_k (stage 0) and smem_v (stage 0)
+    base = attention.template(a)
+    t = dataclasses.replace(base, name=cfg.name, params=PARAMS, layouts=(KR, VR, ARRIVE),
+                            rings=base.rings + (Ring("relay", 2, 1),), comm_first=True, progress=True)
+    parts = attention.roles(a, RingPlan(cfg))
+    start = parts.pop("prologue")
+
+    def prologue(ctx):
+        """Ticket 0 tells the previous rank (the one that pushes here) that this launch has started."""
+        start(ctx)
+        b = ctx.b
+        ctx.let(relayed=b.mov(u32, 0, name="relayed"))
+        with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
+            prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
+            signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
+
+    def relay(ctx, dst, src, nbytes) -> None:
+        """``nbytes`` from ``src`` (local) to ``dst`` (a peer) through two shared-memory stages: the load of
+        one chunk overlaps the store of the previous (``wait_group.read 1`` frees the stage two back)."""
+        b = ctx.b
+        for done in b.range(0, nbytes, chunk_bytes, name="relay"):
+            size = b.min(u32, b.sub(u32, nbytes, done), chunk_bytes, name="relay_bytes")
+            n = ctx.param("relayed")
+            stage = b.and_("b32", n, 1, name="relay_stage")
+            bar = ctx.rings["relay"].bar(b, stage)
+            buf = b.selp(u32, ctx.smem["smem_v"], ctx.smem["smem_k"], b.setp("ne", u32, stage, 0), name="relay_buf")
+            b.bulk_wait_group(1, read=True)
+            b.mbarrier_arrive_expect_tx(bar, size)
+            offset = b.cvt(u64, u32, done)
+            b.bulk_load(address(buf), address(b.add(u64, src, offset)), size, bar)
+            wait_parity(b, bar, b.and_("b32", b.shr(u32, n, 1), 1), deadline=ctx.deadline, name="relay_in")
+            b.bulk_store(address(b.add(u64, dst, offset)), address(buf), size)
+            b.bulk_commit_group()
+            b.add(u32, n, 1, into=n)
+
+    def comm_tasks(ctx):
+        b = ctx.b
+        return b.selp(u32, ctx.param("pieces"), 0, b.setp("gt", u32, ctx.world, 1), name="comm_pieces")
+
+    def forward(ctx, piece):
+        """One piece (batch, chunk half, key block) at every step: wait for it (from step 2), push it on."""
+        b, halves = ctx.b, cfg.halves
+        with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="forwarder")):
+            k_blocks, chunk, world, rank = ctx.param("k_blocks"), ctx.param("chunk"), ctx.world, ctx.rank
+            kb = b.rem(u32, piece, k_blocks, name="piece_kb")
+            rest = b.div(u32, piece, k_blocks, name="piece_rest")
+            khalf = b.rem(u32, rest, halves, name="piece_half")
+            batch = b.div(u32, rest, halves, name="piece_batch")
+            key0 = b.mul(u32, kb, KEY_BLOCK, mode="lo", name="piece_key0")
+            row = b.mad(u32, khalf, chunk, key0, mode="lo", name="piece_row")
+            rows = b.min(u32, b.sub(u32, chunk, key0), KEY_BLOCK, name="piece_rows")
+            nbytes = b.mul(u32, rows, ctx.param("row_bytes"), mode="lo", name="piece_bytes")
+            shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
+            nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
+            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
+                 scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
+            for step in b.range(1, world, name="step"):
+                src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
+                ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
+                own = b.setp("eq", u32, step, 1, name="own_shard")
+                local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
+                with b.if_then(b.not_("pred", own, name="forwarded")):
+                    await_piece(ctx, arrival_index(b, batch, src, khalf, kb, ctx, halves), src)
+                for x, lay in (("k", "kr"), ("v", "vr")):
+                    base = b.selp(u64, ctx.param(f"{x}_local"), ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
+                    src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
+                    dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.param("row_bytes"),
+                                                                               mode="wide"))
+                    relay(ctx, dst_addr, src_addr, nbytes)
+                publish_async_writes(b)
+                signal(b, flag_address(b, ctx.layouts["arrive"], nxt, arrival_index(b, batch, src, khalf, kb, ctx,
+                                                                                    halves)),
+                       1, sem=Sem.RELEASE, scope="sys")
+
+    return t.build(**parts, prologue=prologue, comm_tasks=comm_tasks, communicator=forward,
+                   epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+
+
+# ------------------------------------------------------------------ host-side models (no GPU)
+def zigzag_chunks(rank: int, world: int) -> tuple[int, int]:
+    """The global chunks rank ``rank`` holds under zigzag sharding (2·world chunks)."""
+    return rank, 2 * world - 1 - rank
+
+
+def shard(x: np.ndarray, rank: int, world: int, *, causal: bool, axis: int = 1) -> np.ndarray:
+    """Rank ``rank``'s shard of a full sequence along ``axis``: contiguous, or (causal) its zigzag chunks."""
+    if not causal:
+        return np.split(x, world, axis=axis)[rank]
+    parts = np.split(x, 2 * world, axis=axis)
+    return np.concatenate([parts[c] for c in zigzag_chunks(rank, world)], axis=axis)
+
+
+def unshard(shards: list[np.ndarray], *, causal: bool, axis: int = 1) -> np.ndarray:
+    """The full sequence back from every rank's shard (the inverse of :func:`shard`)."""
+    world = len(shards)
+    if not causal:
+        return np.concatenate(shards, axis=axis)
+    parts = [None] * (2 * world)
+    for r, s in enumerate(shards):
+        for c, part in zip(zigzag_chunks(r, world), np.split(s, 2, axis=axis)):
+            parts[c] = part
+    return np.concatenate(parts, axis=axis)
+
+
+def schedule(rank: int, world: int, *, causal: bool) -> list[tuple[int, int, str]]:
+    """(source rank, key chunk, kind) per run of keys, in the order a query chunk of ``rank`` visits them
+    (kind per query chunk: "full", "diag" or "skip"), as ``RingPlan.keys`` emits it."""
+    halves = 2 if causal else 1
+    out = []
+    for q_half in range(halves):
+        gq = zigzag_chunks(rank, world)[q_half] if causal else rank
+        for u in range(world * halves):
+            src, khalf = (rank - u // halves) % world, u % halves
+            gk = zigzag_chunks(src, world)[khalf] if causal else src
+            out.append((src, gk, "full" if not causal or gk < gq else "diag" if gk == gq else "skip"))
+    return out
+
+
+def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None = None):
+    """float64 (O, LSE) of every rank's shard: attention over the full sequence, sharded back."""
+    full = [unshard(x, causal=causal) for x in (q_shards, k_shards, v_shards)]
+    out, lse = attention.reference(*full, causal=causal, scale=scale)
+    world = len(q_shards)
+    return ([shard(out, r, world, causal=causal) for r in range(world)],
+            [shard(lse, r, world, causal=causal, axis=2) for r in range(world)])
+
+
+def default_config(dtype: str, head_dim: int, causal: bool) -> Config:
+    """The configuration the op launches: attention's, but 2 consumer warpgroups at D=64 too (with 3,
+    the ring's per-run bookkeeping spills at 128 registers a thread)."""
+    return Config(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2), causal)
+
+
+def catalog():
+    for dtype in ("bf16", "f16"):
+        for head_dim in (64, 128):
+            for causal in (False, True):
+                yield build(default_config(dtype, head_dim, causal))
+
+
+__all__ = ["Config", "build", "default_config", "reference", "shard", "unshard", "schedule", "PEER_FLAG"]

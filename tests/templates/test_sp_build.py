@@ -1,0 +1,204 @@
+"""Sequence parallelism on the CPU: the ring and Ulysses kernels assemble without spills and carry the
+memory-ordering forms the design needs; every argument error is raised before GPU work; and numpy
+models of the ring schedule check that the runs of keys each rank visits (in arrival order, with their
+full / diagonal / skipped masks) give exactly attention over the whole sequence, that zigzag gives every
+rank (and every ring step) the same work, and that the communicators' piece assignment always finishes
+however few blocks are resident."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pkptx.catalog import KERNEL_MODULES
+from pkptx.launch import status
+from pkptx.ops.sequence import SequenceArgumentError, check_ring
+from pkptx.templates.attention_parts import key_limit
+from pkptx.templates.kernels import attention
+from pkptx.templates.kernels import ring_attention as ring
+from pkptx.toolchain import assemble
+
+RING = [ring.default_config(dtype, d, causal) for dtype in ("bf16", "f16") for d in (64, 128)
+        for causal in (False, True)]
+
+
+@pytest.mark.parametrize("cfg", RING, ids=lambda c: c.name)
+def test_ring_assembles_without_spills(cfg):
+    cubin = assemble(ring.build(cfg).render(), "sm_90a", use_cache=False)
+    assert cubin.resources.spills == 0 and cubin.resources.stack_bytes == 0, (cfg.name, cubin.resources)
+    assert "C75" not in cubin.log, cubin.log
+
+
+def test_ring_catalogued():
+    assert ring.__name__ in KERNEL_MODULES
+    assert [k.name for k in ring.catalog()] == [c.name for c in RING]
+
+
+def test_ring_ptx_ordering_forms():
+    ptx = ring.build(RING[-1]).render()
+    assert ptx == ring.build(RING[-1]).render()
+    lines = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith("//")]
+    for form in ("cp.async.bulk.tensor.5d.shared::cluster.global.tile", "cp.async.bulk.shared::cluster.global",
+                 "cp.async.bulk.global.shared::cta.bulk_group", "ld.acquire.sys.global.u32",
+                 "red.release.sys.global.add.u32", "cp.async.bulk.wait_group.read 1"):
+        assert any(line.startswith(form) for line in lines), form
+    signals = [i for i, line in enumerate(lines) if line.startswith("red.release.sys")]
+    # the first signal is ticket 0's "started" to the previous rank; every later one raises an arrival
+    # and must follow a full wait for the bulk stores and the async-proxy fence (pk-design 5)
+    for i in signals[1:]:
+        last_store = max(j for j in range(i) if lines[j].startswith("cp.async.bulk.global.shared::cta"))
+        after = lines[last_store:i]
+        assert "cp.async.bulk.wait_group 0;" in after, after
+        assert after.index("fence.proxy.async.global;") > after.index("cp.async.bulk.wait_group 0;"), after
+    # the two arrival waits (forwarder, loader) fence the async proxy before any TMA reads the data
+    ends = [i for i, line in enumerate(lines) if line.startswith("$L_wait_flag_end")]
+    assert sum(lines[i + 1] == "fence.proxy.async.global;" for i in ends) == 2, [lines[i + 1] for i in ends]
+
+
+def test_peer_flag_constant_shared_with_the_host():
+    assert ring.PEER_FLAG == status.PEER_FLAG
+
+
+BF = "bfloat16"
+
+
+def plan(q=(2, 100, 8, 128), k=(2, 100, 2, 128), v=None, world=2, dtypes=(BF, BF, BF), **kw):
+    return check_ring(q, dtypes[0], k, dtypes[1], v or k, dtypes[2], world, **kw)
+
+
+def test_ring_plan():
+    p = plan(world=3, causal=True)
+    assert (p["chunk"], p["k_blocks"], p["q_blocks"], p["cfg"].halves) == (50, 1, 1, 2)
+    assert p["tasks"] == 2 * 8 * 2 and p["pieces"] == 2 * 2 and p["flags"] == 1 + 2 * 3 * 2
+    assert plan(world=1)["num_comm_sms"] == 0 and plan(world=4, num_comm_sms=7)["num_comm_sms"] == 7
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(q=(2, 100, 8)), "q must be 4-D"),
+    (dict(k=(2, 90, 2, 128)), "same shard"),
+    (dict(causal=True, q=(2, 99, 8, 128), k=(2, 99, 2, 128)), "even shard length"),
+    (dict(k=(2, 100, 3, 128)), "must divide q heads"),
+    (dict(q=(2, 100, 8, 96), k=(2, 100, 2, 96)), "head dim D"),
+    (dict(dtypes=(BF, "float16", BF)), "must all be bfloat16 or all float16"),
+    (dict(world=0), "world size"),
+    (dict(num_comm_sms=0), "num_comm_sms"),
+    (dict(num_comm_sms=True), "num_comm_sms"),
+    (dict(causal=1), "causal must be True or False"),
+    (dict(scale=-1.0), "scale"),
+    (dict(q=(1 << 13, 1 << 12, 1, 64), k=(1 << 13, 1 << 12, 1, 64), world=64), "B·world·S"),
+])
+def test_ring_argument_errors(kw, message):
+    with pytest.raises(SequenceArgumentError, match=message) as info:
+        plan(**kw)
+    assert str(info.value).startswith("ring_attention:")
+
+
+# ------------------------------------------------------------------ models of the ring schedule
+def modelled_ring(q_shards, k_shards, v_shards, *, causal):
+    """Every rank's (O, LSE) as the kernel computes them: per query chunk, the runs of keys of
+    ``ring.schedule`` in order, each masked with key_limit(row, chunk, diag) for its kind."""
+    world, outs, lses = len(q_shards), [], []
+    halves = 2 if causal else 1
+    diag_of = {"full": 1, "diag": 0, "skip": -1}
+    for r in range(world):
+        runs = ring.schedule(r, world, causal=causal)
+        per_half = len(runs) // halves
+        q = np.asarray(q_shards[r], np.float64)
+        c = q.shape[1] // halves
+        out, lse = np.zeros_like(q), np.zeros((q.shape[0], q.shape[2], q.shape[1]))
+        for h in range(halves):
+            qh = q[:, h * c:(h + 1) * c]
+            scores, values = [], []
+            for src, _gk, kind in runs[h * per_half:(h + 1) * per_half]:
+                khalf = ring.zigzag_chunks(src, world).index(_gk) if causal else 0
+                kk = np.asarray(k_shards[src], np.float64)[:, khalf * c:(khalf + 1) * c]
+                vv = np.asarray(v_shards[src], np.float64)[:, khalf * c:(khalf + 1) * c]
+                s = np.einsum("bihd,bjhd->bhij", qh, kk) / np.sqrt(q.shape[-1])
+                limits = np.array([key_limit(i, c, diag_of[kind] * c) for i in range(c)])
+                s = np.where(np.arange(c)[None, :] < limits[:, None], s, -np.inf)
+                scores.append(s)
+                values.append(vv)
+            s = np.concatenate(scores, axis=-1)
+            vals = np.concatenate(values, axis=1)
+            top = s.max(axis=-1, keepdims=True)
+            e = np.exp(s - top)
+            out[:, h * c:(h + 1) * c] = np.einsum("bhij,bjhd->bihd", e / e.sum(-1, keepdims=True), vals)
+            lse[:, :, h * c:(h + 1) * c] = np.log(e.sum(-1)) + top[..., 0]
+        outs.append(out)
+        lses.append(lse)
+    return outs, lses
+
+
+@settings(max_examples=25, deadline=None)
+@given(world=st.integers(1, 5), half=st.integers(1, 6), heads=st.integers(1, 2), causal=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_ring_schedule_is_attention_over_the_whole_sequence(world, half, heads, causal, seed):
+    rng = np.random.default_rng(seed)
+    seq = 2 * world * half
+    q, k, v = (rng.standard_normal((1, seq, heads, 8)) for _ in range(3))
+    shards = [[ring.shard(x, r, world, causal=causal) for r in range(world)] for x in (q, k, v)]
+    got, got_lse = modelled_ring(*shards, causal=causal)
+    want, want_lse = ring.reference(*shards, causal=causal)
+    for r in range(world):
+        np.testing.assert_allclose(got[r], want[r], atol=1e-10)
+        np.testing.assert_allclose(got_lse[r], want_lse[r], atol=1e-10)
+    full, _ = attention.reference(q, k, v, causal=causal)
+    np.testing.assert_allclose(ring.unshard(want, causal=causal), full, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(world=st.integers(1, 8), causal=st.booleans())
+def test_every_pair_once_and_sources_in_arrival_order(world, causal):
+    for r in range(world):
+        runs = ring.schedule(r, world, causal=causal)
+        halves = 2 if causal else 1
+        per_half = len(runs) // halves
+        for h in range(halves):
+            mine = runs[h * per_half:(h + 1) * per_half]
+            assert sorted(gk for _, gk, _ in mine) == list(range(world * halves))
+            steps = [(r - src) % world for src, _, _ in mine]
+            assert steps == sorted(steps) and steps[0] == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(world=st.integers(1, 8))
+def test_zigzag_balances_work_per_rank_and_per_step(world):
+    """Work in chunk pairs (a diagonal pair is half a full one): the same on every rank, and at every ring
+    step the same on every rank (2 full pairs; step 0: 1 full + 2 diagonal)."""
+    cost = {"full": 1.0, "diag": 0.5, "skip": 0.0}
+    per_step = np.zeros((world, world))
+    for r in range(world):
+        for src, _, kind in ring.schedule(r, world, causal=True):
+            per_step[r, (r - src) % world] += cost[kind]
+    assert np.allclose(per_step, 2.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(world=st.integers(2, 6), pieces=st.integers(1, 12), workers=st.integers(1, 6), resident=st.integers(1, 3))
+def test_forwarding_finishes_with_few_resident_blocks(world, pieces, workers, resident):
+    """Communicator ``j`` moves pieces j, j+n, ... at every step in order; only ``resident`` of them run
+    at once on each rank (a later ticket starts when an earlier block ends). Item (rank, piece, step)
+    needs (rank-1, piece, step-1) pushed. Everything must finish."""
+    items = {r: {j: [(p, s) for p in range(j, pieces, workers) for s in range(1, world)] for j in range(workers)}
+             for r in range(world)}
+    done = set()
+    progress = True
+    while progress:
+        progress = False
+        for r in range(world):
+            running = [j for j in range(workers) if items[r][j]][:resident]
+            for j in running:
+                p, s = items[r][j][0]
+                if s == 1 or ((r - 1) % world, p, s - 1) in done:
+                    done.add((r, p, s))
+                    items[r][j].pop(0)
+                    progress = True
+    assert all(not lst for per in items.values() for lst in per.values())
+
+
+@settings(max_examples=30, deadline=None)
+@given(world=st.integers(1, 6), half=st.integers(1, 5), causal=st.booleans())
+def test_shard_round_trip(world, half, causal):
+    x = np.arange(2 * world * half * 3).reshape(1, 2 * world * half, 3)
+    assert (ring.unshard([ring.shard(x, r, world, causal=causal) for r in range(world)], causal=causal) == x).all()
