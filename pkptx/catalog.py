@@ -19,6 +19,7 @@ KERNEL_MODULES = (
     "pkptx.templates.kernels.attention",
     "pkptx.templates.kernels.attention_merge",
     "pkptx.templates.kernels.ring_attention",
+    "pkptx.templates.kernels.ulysses",
 )
 
 

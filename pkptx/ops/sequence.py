@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import math
 
-from ..launch import Device, DeviceArray, empty
+import numpy as np
+
+from ..launch import Device, DeviceArray, empty, from_numpy
 from ..launch.flags import FlagArray
 from ..launch.status import DEFAULT_TIMEOUT_NS
 from ..launch.symmetric import SymmetricHeap
 from ..launch.occupancy import context_sm_count
+from ..launch.symmetric import SymmetricBuffer
+from ..launch.tensormap import TensorMap
 from ..templates.kernels import ring_attention as ring_kernel
+from ..templates.kernels import ulysses as ulysses_kernel
 from . import collectives
 from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
 from .common import dtype_name, load, ordered_args
@@ -37,11 +42,9 @@ class SequenceArgumentError(AttentionArgumentError):
     """A ring/Ulysses attention argument that cannot work (raised before any GPU work)."""
 
 
-def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
-               out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
-               sm_count: int | None = None) -> dict:
-    """The launch plan of a ring attention after checking every rule; no GPU needed."""
-    op = "ring_attention"
+def _check_shards(op: str, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size, out_shape, out_dtype,
+                  lse_shape, lse_dtype, causal, scale, num_comm_sms, sm_count) -> tuple:
+    """What both ops ask of their shards: attention's rules, one shard length, 32-bit indexes."""
     try:
         batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
             q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, out_shape, out_dtype, lse_shape, lse_dtype,
@@ -53,23 +56,61 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     if seq_q != seq_k:
         raise SequenceArgumentError(f"{op}: q and k/v must hold the same shard of the sequence (S = {seq_q} and "
                                     f"{seq_k})")
-    if causal and seq_q % 2:
-        raise SequenceArgumentError(f"{op}: causal needs an even shard length S (the zigzag halves), got {seq_q}")
-    if batch * world_size * seq_q >= 2**31:
-        raise SequenceArgumentError(f"{op}: B·world·S = {batch * world_size * seq_q} must be below 2**31")
+    if batch * world_size * seq_q * max(heads, 1) >= 2**31:
+        raise SequenceArgumentError(f"{op}: B·world·S·H = {batch * world_size * seq_q * heads} must be below 2**31")
     if num_comm_sms is not None:
         limit = (sm_count or 2**31) - 1
         if not isinstance(num_comm_sms, int) or isinstance(num_comm_sms, bool) or not 1 <= num_comm_sms <= limit:
             raise SequenceArgumentError(f"{op}: num_comm_sms must be None or in 1..{limit} (this context's SMs "
                                         f"less one), got {num_comm_sms!r}")
+    return batch, seq_q, heads, kv_heads, dim
+
+
+def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
+               out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
+               sm_count: int | None = None) -> dict:
+    """The launch plan of a ring attention after checking every rule; no GPU needed."""
+    op = "ring_attention"
+    batch, seq, heads, kv_heads, dim = _check_shards(op, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
+                                                     world_size, out_shape, out_dtype, lse_shape, lse_dtype, causal,
+                                                     scale, num_comm_sms, sm_count)
+    if causal and seq % 2:
+        raise SequenceArgumentError(f"{op}: causal needs an even shard length S (the zigzag halves), got {seq}")
     cfg = ring_kernel.default_config(dtype_name(q_dtype), dim, causal)
-    chunk = seq_q // cfg.halves
+    chunk = seq // cfg.halves
     k_blocks = -(-chunk // ring_kernel.KEY_BLOCK)
     q_blocks = -(-chunk // cfg.attention.rows)
-    return dict(cfg=cfg, batch=batch, seq=seq_q, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
+    return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
                 pieces=batch * cfg.halves * k_blocks, flags=1 + batch * world_size * cfg.halves * k_blocks,
                 row_bytes=kv_heads * dim * 2,
+                num_comm_sms=0 if world_size == 1 else (num_comm_sms or 4))
+
+
+def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
+                  out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
+                  sm_count: int | None = None) -> dict:
+    """The launch plan of a Ulysses attention after checking every rule; no GPU needed."""
+    op = "ulysses_attention"
+    batch, seq, heads, kv_heads, dim = _check_shards(op, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
+                                                     world_size, out_shape, out_dtype, lse_shape, lse_dtype, causal,
+                                                     scale, num_comm_sms, sm_count)
+    if heads % world_size or kv_heads % world_size:
+        raise SequenceArgumentError(f"{op}: q heads ({heads}) and K/V heads ({kv_heads}) must both be multiples of "
+                                    f"the world size {world_size} (each rank computes H/world heads)")
+    group = heads // kv_heads
+    cfg = ulysses_kernel.default_config(dtype_name(q_dtype), dim, causal)
+    if group > cfg.attention.rows:
+        raise SequenceArgumentError(f"{op}: at most {cfg.attention.rows} q heads per K/V head, got {group}")
+    rows = ulysses_kernel.piece_rows(group, cfg.attention)
+    row_pieces = -(-seq // rows)
+    local_kv = kv_heads // world_size
+    q_blocks = -(-seq // cfg.attention.rows)
+    return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, group=group,
+                local_heads=heads // world_size, local_kv_heads=local_kv, q_blocks=q_blocks,
+                tasks=batch * (heads // world_size) * world_size * q_blocks, piece_rows=rows, row_pieces=row_pieces,
+                pieces=batch * local_kv * (world_size - 1) * row_pieces, piece_bytes=rows * dim * 2 * (group + 2),
+                flags=world_size + batch * world_size * local_kv,
                 num_comm_sms=0 if world_size == 1 else (num_comm_sms or 4))
 
 
@@ -151,4 +192,78 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
     return out
 
 
-__all__ = ["ring_attention", "check_ring", "SequenceArgumentError"]
+_tables: dict = {}
+
+
+def _map_table(ptrs, dtype, shape, box, swizzle) -> DeviceArray:
+    """A device table of tensor maps, one per rank's copy of a buffer (made once per buffer and box)."""
+    key = (tuple(ptrs), str(dtype), tuple(shape), box, swizzle)
+    if key not in _tables:
+        maps = b"".join(TensorMap.tiled(ptr, dtype, shape, box=box, swizzle=swizzle).data for ptr in ptrs)
+        _tables[key] = from_numpy(np.frombuffer(maps, dtype=np.uint8).copy())
+    return _tables[key]
+
+
+def _symmetric(op: str, name: str, buf, world, shape, dtype):
+    if buf is None:
+        return None
+    if not isinstance(buf, SymmetricBuffer) or buf.heap.world is not world:
+        raise SequenceArgumentError(f"{op}: {name} must be a SymmetricBuffer of this world (peers write into it)")
+    if tuple(buf.shape) != tuple(shape) or dtype_name(buf.dtype) != dtype_name(dtype):
+        raise SequenceArgumentError(f"{op}: {name} must be {tuple(shape)} {np.dtype(dtype)}, got {buf.shape} {buf.dtype}")
+    return buf
+
+
+def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None,
+                      out: SymmetricBuffer | None = None, lse: SymmetricBuffer | None = None,
+                      heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
+                      timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+    """This rank's shard of attention over the whole sequence, each rank computing H/world heads: the
+    all-to-all in, the attention and the all-to-all out in one launch. ``out`` (B, S, H, D) and ``lse``
+    (B, H, S) f32 are SymmetricBuffers (peers store into them); when None, workspace buffers that the
+    next call of the same shapes overwrites. Returns ``out``."""
+    op = "ulysses_attention"
+    q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    p = check_ulysses(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, causal=causal, scale=scale,
+                      num_comm_sms=num_comm_sms, sm_count=context_sm_count())
+    out = _symmetric(op, "out", out, world, q.shape, q.dtype)
+    lse = _symmetric(op, "lse", lse, world, (q.shape[0], q.shape[2], q.shape[1]), np.float32)
+    cfg, w = p["cfg"], world.size
+    b, s, d, hl, kvl, group = p["batch"], p["seq"], p["dim"], p["local_heads"], p["local_kv_heads"], p["group"]
+    gathered = {"q": (b, w * s, hl, d), "k": (b, w * s, kvl, d), "v": (b, w * s, kvl, d)}
+    nbytes = sum(math.prod(x) for x in gathered.values()) * 2 + q.nbytes * 2 + 4 * p["flags"]
+
+    def make(h):
+        bufs = {x: h.alloc(shape, q.dtype) for x, shape in gathered.items()}
+        return bufs, FlagArray(h, p["flags"]), h.alloc(q.shape, q.dtype), h.alloc((b, q.shape[2], s), np.float32)
+
+    key = ("ulysses", tuple(q.shape), tuple(k.shape), str(q.dtype))
+    bufs, arrive, own_out, own_lse = _workspace.get(world, heap, key, nbytes, make)
+    out = own_out if out is None else out
+    lse = own_lse if lse is None else lse
+    device = Device.current()
+    kernel = load(ulysses_kernel.build, cfg, device)
+    rows = p["piece_rows"]
+    heads_of = {"q": (p["heads"], hl, group), "k": (p["kv_heads"], kvl, 1), "v": (p["kv_heads"], kvl, 1)}
+    maps, tables = {}, {}
+    for x, arr in (("q", q), ("k", k), ("v", v)):
+        total, local, box_heads = heads_of[x]
+        maps[f"tmap_{x}"] = _tensor_map(_view(arr, (b, 1, s, total, d)), BOX5)
+        maps[f"tmap_{x}g_local"] = _tensor_map(_view(bufs[x].local, (b, w, s, local, d)), BOX5)
+        maps[f"tmap_{x}s"] = TensorMap.tiled(arr, box=(1, rows, box_heads, d), swizzle=None)
+        tables[f"{x}g_tmaps"] = _map_table(bufs[x].peer_ptrs, q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
+                                           None)
+    tables["o_tmaps"] = _map_table(out.peer_ptrs, q.dtype, q.shape, BOX, 128)
+    state = collectives._state(bufs["q"])
+    scale = d ** -0.5 if scale is None else float(scale)
+    state.launch(kernel, 128 * (1 + cfg.attention.consumers), w, stream, timeout_ns, smem=cfg.smem_bytes,
+                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], rounds=1, **maps, **tables,
+                 tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"], local_heads=hl, local_kv_heads=kvl,
+                 group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],
+                 piece_bytes=p["piece_bytes"], epoch=arrive.advance() & _MASK32,
+                 scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer),
+                 **state.layout_args("lse", lse))
+    return out
+
+
+__all__ = ["ring_attention", "ulysses_attention", "check_ring", "check_ulysses", "SequenceArgumentError"]

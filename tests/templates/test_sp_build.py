@@ -13,26 +13,30 @@ from hypothesis import strategies as st
 
 from pkptx.catalog import KERNEL_MODULES
 from pkptx.launch import status
-from pkptx.ops.sequence import SequenceArgumentError, check_ring
+from pkptx.ops.sequence import SequenceArgumentError, check_ring, check_ulysses
 from pkptx.templates.attention_parts import key_limit
 from pkptx.templates.kernels import attention
 from pkptx.templates.kernels import ring_attention as ring
+from pkptx.templates.kernels import ulysses
 from pkptx.toolchain import assemble
 
-RING = [ring.default_config(dtype, d, causal) for dtype in ("bf16", "f16") for d in (64, 128)
-        for causal in (False, True)]
+CONFIGS = [(module, module.default_config(dtype, d, causal)) for module in (ring, ulysses)
+           for dtype in ("bf16", "f16") for d in (64, 128) for causal in (False, True)]
+RING = [cfg for module, cfg in CONFIGS if module is ring]
 
 
-@pytest.mark.parametrize("cfg", RING, ids=lambda c: c.name)
-def test_ring_assembles_without_spills(cfg):
-    cubin = assemble(ring.build(cfg).render(), "sm_90a", use_cache=False)
+@pytest.mark.parametrize("module, cfg", CONFIGS, ids=lambda c: getattr(c, "name", ""))
+def test_assembles_without_spills(module, cfg):
+    cubin = assemble(module.build(cfg).render(), "sm_90a", use_cache=False)
     assert cubin.resources.spills == 0 and cubin.resources.stack_bytes == 0, (cfg.name, cubin.resources)
     assert "C75" not in cubin.log, cubin.log
+    assert cfg.smem_bytes == module.build(cfg).dynamic_smem
 
 
-def test_ring_catalogued():
-    assert ring.__name__ in KERNEL_MODULES
-    assert [k.name for k in ring.catalog()] == [c.name for c in RING]
+@pytest.mark.parametrize("module", [ring, ulysses])
+def test_catalogued(module):
+    assert module.__name__ in KERNEL_MODULES
+    assert [k.name for k in module.catalog()] == [c.name for m, c in CONFIGS if m is module]
 
 
 def test_ring_ptx_ordering_forms():
@@ -177,10 +181,10 @@ def test_zigzag_balances_work_per_rank_and_per_step(world):
 @settings(max_examples=60, deadline=None)
 @given(world=st.integers(2, 6), pieces=st.integers(1, 12), workers=st.integers(1, 6), resident=st.integers(1, 3))
 def test_forwarding_finishes_with_few_resident_blocks(world, pieces, workers, resident):
-    """Communicator ``j`` moves pieces j, j+n, ... at every step in order; only ``resident`` of them run
-    at once on each rank (a later ticket starts when an earlier block ends). Item (rank, piece, step)
-    needs (rank-1, piece, step-1) pushed. Everything must finish."""
-    items = {r: {j: [(p, s) for p in range(j, pieces, workers) for s in range(1, world)] for j in range(workers)}
+    """Communicator ``j`` moves pieces j, j+n, ... step by step (all of its pieces at step 1, then at
+    step 2, ...); only ``resident`` of them run at once on each rank (a later ticket starts when an earlier
+    block ends). Item (rank, piece, step) needs (rank-1, piece, step-1) pushed. Everything must finish."""
+    items = {r: {j: [(p, s) for s in range(1, world) for p in range(j, pieces, workers)] for j in range(workers)}
              for r in range(world)}
     done = set()
     progress = True
@@ -202,3 +206,106 @@ def test_forwarding_finishes_with_few_resident_blocks(world, pieces, workers, re
 def test_shard_round_trip(world, half, causal):
     x = np.arange(2 * world * half * 3).reshape(1, 2 * world * half, 3)
     assert (ring.unshard([ring.shard(x, r, world, causal=causal) for r in range(world)], causal=causal) == x).all()
+
+
+# ------------------------------------------------------------------ Ulysses
+def test_ulysses_ptx_ordering_forms():
+    ptx = ulysses.build(ulysses.default_config("bf16", 128, True)).render()
+    lines = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith("//")]
+    for form in ("cp.async.bulk.tensor.4d.shared::cluster.global.tile", "cp.async.bulk.tensor.5d.global.shared::cta",
+                 "cp.async.bulk.tensor.4d.global.shared::cta", "ld.acquire.sys.global.u32",
+                 "red.release.sys.global.add.u32", "atom.acq_rel.sys.global.add.u32"):
+        assert any(line.startswith(form) for line in lines), form
+    stores = [i for i, line in enumerate(lines) if line.startswith("cp.async.bulk.tensor.5d.global.shared::cta")]
+    signal = next(i for i in range(stores[-1], len(lines)) if lines[i].startswith("red.release.sys"))
+    after = lines[stores[-1]:signal]
+    assert after.index("fence.proxy.async.global;") > after.index("cp.async.bulk.wait_group 0;"), after
+    ends = [i for i, line in enumerate(lines) if line.startswith("$L_wait_flag_end")]
+    assert sum(lines[i + 1] == "fence.proxy.async.global;" for i in ends) == 2, [lines[i + 1] for i in ends]
+
+
+def uplan(q=(2, 100, 8, 128), k=(2, 100, 4, 128), world=2, **kw):
+    return check_ulysses(q, BF, k, BF, k, BF, world, **kw)
+
+
+def test_ulysses_plan():
+    p = uplan(causal=True)
+    assert (p["local_heads"], p["local_kv_heads"], p["group"], p["piece_rows"], p["row_pieces"]) == (4, 2, 2, 64, 2)
+    assert p["pieces"] == 2 * 2 * 1 * 2 and p["tasks"] == 2 * 4 * 2 * 1 and p["flags"] == 2 + 2 * 2 * 2
+    assert p["piece_bytes"] == 64 * 128 * 2 * 4
+    assert uplan(world=1, k=(2, 100, 1, 128))["pieces"] == 0
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(q=(2, 100, 6, 128), k=(2, 100, 3, 128), world=2), "must both be multiples of the world size"),
+    (dict(q=(2, 100, 8, 128), k=(2, 100, 2, 128), world=4), "must both be multiples of the world size"),
+    (dict(q=(1, 10, 258, 64), k=(1, 10, 2, 64), world=2), "at most 128 q heads per K/V head"),
+    (dict(k=(2, 99, 4, 128)), "same shard"),
+    (dict(world=0), "world size"),
+])
+def test_ulysses_argument_errors(kw, message):
+    with pytest.raises(SequenceArgumentError, match=message) as info:
+        uplan(**kw)
+    assert str(info.value).startswith("ulysses_attention:")
+
+
+@settings(max_examples=25, deadline=None)
+@given(world=st.integers(1, 4), shard=st.integers(1, 9), kv_local=st.integers(1, 2), group=st.integers(1, 3),
+       causal=st.booleans(), seed=st.integers(0, 2**31))
+def test_ulysses_head_split_is_attention_over_the_whole_sequence(world, shard, kv_local, group, causal, seed):
+    """Rank d attends its heads over every shard (full, diagonal or skipped by shard order, as the
+    plan's runs), and each query shard's rows of those heads go back to that shard's rank."""
+    rng = np.random.default_rng(seed)
+    kv = kv_local * world
+    q = rng.standard_normal((1, shard * world, kv * group, 8))
+    k, v = (rng.standard_normal((1, shard * world, kv, 8)) for _ in range(2))
+    shards = [np.split(x, world, axis=1) for x in (q, k, v)]
+    want, _ = ulysses.reference(*shards, causal=causal)
+    got = [np.zeros_like(s) for s in shards[0]]
+    hl = kv_local * group
+    for d in range(world):
+        for h in range(d * hl, (d + 1) * hl):
+            kh = h // group
+            for sq in range(world):
+                qq = shards[0][sq][:, :, h]
+                scores, values = [], []
+                for sk in range(world):
+                    kind = "full" if not causal or sk < sq else "diag" if sk == sq else "skip"
+                    diag = {"full": shard, "diag": 0, "skip": -shard}[kind]
+                    s = np.einsum("bid,bjd->bij", qq, shards[1][sk][:, :, kh]) / np.sqrt(8)
+                    limits = np.array([key_limit(i, shard, diag) for i in range(shard)])
+                    scores.append(np.where(np.arange(shard)[None, :] < limits[:, None], s, -np.inf))
+                    values.append(shards[2][sk][:, :, kh])
+                s = np.concatenate(scores, axis=-1)
+                e = np.exp(s - s.max(-1, keepdims=True))
+                got[sq][:, :, h] = np.einsum("bij,bjd->bid", e / e.sum(-1, keepdims=True), np.concatenate(values, 1))
+    for r in range(world):
+        np.testing.assert_allclose(got[r], want[r], atol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(world=st.integers(2, 6), pieces=st.integers(1, 6), workers=st.integers(1, 4), data=st.data())
+def test_a_rank_that_never_comes_is_what_every_stuck_forwarder_waits_on(world, pieces, workers, data):
+    """With rank ``a`` absent, every communicator still stuck waits either for ``a`` to start (it is the
+    next rank) or for a piece of ``a``'s shard: so the first expiries (communicators' budgets end before
+    the compute blocks') name ``a`` on every rank."""
+    a = data.draw(st.integers(0, world - 1))
+    items = {r: {j: [(p, s) for s in range(1, world) for p in range(j, pieces, workers)] for j in range(workers)}
+             for r in range(world) if r != a}
+    done, progress = set(), True
+    while progress:
+        progress = False
+        for r, per in items.items():
+            for lst in per.values():
+                while lst and (r + 1) % world != a:
+                    p, s = lst[0]
+                    if s > 1 and ((r - 1) % world, p, s - 1) not in done:
+                        break
+                    done.add((r, p, s))
+                    lst.pop(0)
+                    progress = True
+    for r, per in items.items():
+        for lst in per.values():
+            if lst:
+                p, s = lst[0]
+                assert (r + 1) % world == a or (r - s + 1) % world == a, (r, p, s)

@@ -105,6 +105,11 @@ class Task:
     rows: Reg
     q_coords: Callable       # (column, row) -> coordinates in tmap_q / tmap_o
     lse_index: Callable      # row -> u32 index into lse
+    q_map: Callable = None   # () -> Q's tensor map address (default: tmap_q); loader only
+    before_q: Callable = None    # () -> None, emitted by the loader before it loads Q
+    o_map: Callable = None   # () -> O's tensor map address (default: tmap_o)
+    o_coords: Callable = None    # (column, row) -> coordinates in the O map (default: q_coords)
+    lse_ptr: Reg = None      # where LSE goes (default: the lse parameter; 0: nowhere)
 
 
 @dataclass(frozen=True)
@@ -170,10 +175,12 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
             t = plan.task(ctx, task)
             first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
-            tmap_q = tensor_map_param(b, "tmap_q")
+            tmap_q = t.q_map() if t.q_map else tensor_map_param(b, "tmap_q")
             q_phase = b.and_("b32", ctx.param("tq"), 1, name="q_phase")
             wait_parity(b, ctx.rings["q_empty"].bar(b, 0), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
                         name="wait_q_free")
+            if t.before_q:
+                t.before_q()
             q_full = ctx.rings["q_full"].bar(b, 0)
             b.mbarrier_arrive_expect_tx(q_full, cfg.q_bytes)
             for wg in range(cfg.consumers):
@@ -272,7 +279,7 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
     """O / l through the warpgroup's staging buffer to a TMA store (rows past the tensor are clipped), and
     LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null."""
     b = ctx.b
-    lse = ctx.param("lse")
+    lse = ctx.param("lse") if t.lse_ptr is None else t.lse_ptr
     want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
     lane_first = b.setp("eq", u32, frag_col, 0, name="quad_first")
     out = list(o_acc)
@@ -289,10 +296,11 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
         with b.if_then(store):
             b.st(f32, address(b.add(u64, lse, b.mul(u32, index, 4, mode="wide"), name="lse_addr")), value,
                  space="global")
-    tmap_o = tensor_map_param(b, "tmap_o")
+    tmap_o = t.o_map() if t.o_map else tensor_map_param(b, "tmap_o")
+    o_coords = t.o_coords or t.q_coords
     staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
     stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
-                       issue=lambda sub, col: b.tensor_store(tmap_o, t.q_coords(col, wg_row), address(sub)))
+                       issue=lambda sub, col: b.tensor_store(tmap_o, o_coords(col, wg_row), address(sub)))
 
 
 def build(cfg: Config = Config()):

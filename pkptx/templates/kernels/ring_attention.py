@@ -9,9 +9,10 @@ s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its
 r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
 memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
 (``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). Piece p is
-always moved by communicator ``p mod num_comm_sms`` on every rank, so a communicator waits only on
-its namesake of the previous rank, which has started (by induction over the worker index) or never
-waits (:mod:`..progress`).
+always moved by communicator ``p mod num_comm_sms`` on every rank, step by step, so a communicator
+waits only on its namesake of the previous rank for an earlier (step, piece), which has started (by
+induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the same
+``num_comm_sms``.
 
 Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
 the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
@@ -36,7 +37,7 @@ import numpy as np
 from ...isa import Param, Sem, address, b8, f32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
-from ...primitives.sync import flag_address, publish_async_writes, signal, wait
+from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
 from ...primitives.tma import tensor_map_param
 from ..lcsc import Ring
 from . import attention
@@ -79,11 +80,23 @@ def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
     return b.add(u32, b.mad(u32, slot, ctx.param("k_blocks"), kb, mode="lo"), 1, name="piece_flag")
 
 
-def await_piece(ctx, index, src) -> None:
-    """Acquire the piece's arrival, then order it before the async proxy's (TMA) reads of the data."""
+def later_deadline(ctx) -> Deadline:
+    """The compute blocks' budget for peer data: an eighth longer than the communicators', so when a rank
+    never comes, a communicator's wait on that rank itself expires and is reported first (every rank's
+    communicators wait on every other rank, directly or along the ring) rather than a wait on data that
+    an intact rank could not pass on."""
+    b = ctx.b
+    margin = b.shr(u64, b.load_param("timeout_ns"), 3, name="compute_margin")
+    return dataclasses.replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
+
+
+def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
+    """Acquire the piece's arrival, then order it before the async proxy's (TMA) reads of the data. The
+    caller emits it on one path only, so it reads parameters through a branch of ``ctx``."""
+    ctx = ctx.branch()
     b = ctx.b
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), ctx.param("epoch"), sem=Sem.ACQUIRE,
-         scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+         scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
 
 
@@ -109,7 +122,7 @@ class RingPlan(attention.Plan):
         batch, head = b.div(u32, bh, heads, name="batch"), b.rem(u32, bh, heads, name="head")
         rows0 = b.mul(u32, b.mad(u32, bh, halves, qhalf, mode="lo"), chunk, mode="lo", name="lse_rows")
         return RingTask(batch, head, qb, chunk, lambda col, row: (col, head, row, qhalf, batch),
-                        lambda row: b.add(u32, rows0, row, name="lse_index"), qhalf)
+                        lambda row: b.add(u32, rows0, row, name="lse_index"), qhalf=qhalf)
 
     def keys(self, ctx, t, body, *, loader: bool) -> None:
         b, cfg, halves = ctx.b, self.cfg, self.cfg.halves
@@ -121,6 +134,7 @@ class RingPlan(attention.Plan):
         if loader:
             kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
             maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
+            deadline = later_deadline(ctx)
         neg_chunk = b.neg("s32", chunk, name="skip_run")
         for u in b.range(0, b.mul(u32, world, halves, mode="lo"), name="run"):
             step = b.shr(u32, u, 1, name="step") if halves == 2 else u
@@ -141,7 +155,8 @@ class RingPlan(attention.Plan):
 
             def before_load(kb, src=src, khalf=khalf, own=own):
                 with b.if_then(b.not_("pred", own, name="from_peer")):
-                    await_piece(ctx, arrival_index(b, t.batch, src, khalf, kb, ctx, halves), src)
+                    cctx = ctx.branch()
+                    await_piece(cctx, arrival_index(b, t.batch, src, khalf, kb, cctx, halves), src, deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
@@ -184,14 +199,27 @@ def build(cfg: Config = Config()):
             b.bulk_commit_group()
             b.add(u32, n, 1, into=n)
 
-    def comm_tasks(ctx):
-        b = ctx.b
-        return b.selp(u32, ctx.param("pieces"), 0, b.setp("gt", u32, ctx.world, 1), name="comm_pieces")
+    def padded_pieces(ctx):
+        """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
+        on communicator p mod num_comm_sms at every step."""
+        b, n = ctx.b, ctx.param("num_comm_sms")
+        return b.mul(u32, b.div(u32, b.add(u32, ctx.param("pieces"), b.sub(u32, n, 1)), n), n, mode="lo",
+                     name="padded_pieces")
 
-    def forward(ctx, piece):
-        """One piece (batch, chunk half, key block) at every step: wait for it (from step 2), push it on."""
+    def comm_tasks(ctx):
+        return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
+
+    def forward(ctx, task):
+        """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
+        to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
+        a communicator pushes all its own pieces before it waits on anything but the next rank's start."""
         b, halves = ctx.b, cfg.halves
-        with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="forwarder")):
+        padded = padded_pieces(ctx)
+        piece = b.rem(u32, task, padded, name="piece")
+        forwarder = b.setp("eq", u32, ctx.tid, 0, name="forwarder")
+        with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=forwarder, name="real_piece")):
+            ctx = ctx.branch()
+            step = b.add(u32, b.div(u32, task, padded), 1, name="step")
             k_blocks, chunk, world, rank = ctx.param("k_blocks"), ctx.param("chunk"), ctx.world, ctx.rank
             kb = b.rem(u32, piece, k_blocks, name="piece_kb")
             rest = b.div(u32, piece, k_blocks, name="piece_rest")
@@ -205,23 +233,21 @@ def build(cfg: Config = Config()):
             nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
             wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
                  scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
-            for step in b.range(1, world, name="step"):
-                src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
-                ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
-                own = b.setp("eq", u32, step, 1, name="own_shard")
-                local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
-                with b.if_then(b.not_("pred", own, name="forwarded")):
-                    await_piece(ctx, arrival_index(b, batch, src, khalf, kb, ctx, halves), src)
-                for x, lay in (("k", "kr"), ("v", "vr")):
-                    base = b.selp(u64, ctx.param(f"{x}_local"), ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
-                    src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
-                    dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.param("row_bytes"),
-                                                                               mode="wide"))
-                    relay(ctx, dst_addr, src_addr, nbytes)
-                publish_async_writes(b)
-                signal(b, flag_address(b, ctx.layouts["arrive"], nxt, arrival_index(b, batch, src, khalf, kb, ctx,
-                                                                                    halves)),
-                       1, sem=Sem.RELEASE, scope="sys")
+            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
+            ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
+            own = b.setp("eq", u32, step, 1, name="own_shard")
+            local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
+            flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
+            with b.if_then(b.not_("pred", own, name="forwarded")):
+                await_piece(ctx, flag, src, deadline=ctx.deadline)
+            for x, lay in (("k", "kr"), ("v", "vr")):
+                base = b.selp(u64, ctx.param(f"{x}_local"), ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
+                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
+                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.param("row_bytes"),
+                                                                           mode="wide"))
+                relay(ctx, dst_addr, src_addr, nbytes)
+            publish_async_writes(b)
+            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope="sys")
 
     return t.build(**parts, prologue=prologue, comm_tasks=comm_tasks, communicator=forward,
                    epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
