@@ -33,7 +33,7 @@ def run_cli(capsys, *argv):
 
 # ------------------------------------------------------------------------------ arguments
 
-@pytest.mark.parametrize("name", ["sp", "moe"])
+@pytest.mark.parametrize("name", ["moe"])
 def test_benchmarks_not_written_yet_say_so(capsys, name):
     rc, out, err = run_cli(capsys, name, "--ranks", "2")
     assert rc == 2 and "not available in this version" in err and "Traceback" not in err + out

@@ -60,11 +60,12 @@ BENCHES = {
     "launch": Bench("bench_launch", "host cost of one launch; bulk copy against cuMemcpy",
                     r"(Launch overhead|Bulk copy)"),
     "alloc": Bench("bench_alloc", "allocate + free per allocator", r"Allocation"),
+    "sp": Bench("bench_sp", "ring and Ulysses attention against collective-then-attention", r"sequence-parallel attention",
+                PlotSpec("tokens", ("fused ms", "sequential ms"), "ms", "sizes", "op", ylog=True), mpi=True),
     "build": Bench("bench_build", "emit and assemble a 1000-instruction kernel (no GPU)", r"Build and assemble",
                    gpu=False),
 }
-NOT_YET = {"sp": "ring and Ulysses attention",
-           "moe": "MoE dispatch and expert GEMM"}
+NOT_YET = {"moe": "MoE dispatch and expert GEMM"}
 
 
 def parser() -> argparse.ArgumentParser:

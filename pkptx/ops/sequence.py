@@ -231,16 +231,16 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     cfg, w = p["cfg"], world.size
     b, s, d, hl, kvl, group = p["batch"], p["seq"], p["dim"], p["local_heads"], p["local_kv_heads"], p["group"]
     gathered = {"q": (b, w * s, hl, d), "k": (b, w * s, kvl, d), "v": (b, w * s, kvl, d)}
-    nbytes = sum(math.prod(x) for x in gathered.values()) * 2 + q.nbytes * 2 + 4 * p["flags"]
-
-    def make(h):
-        bufs = {x: h.alloc(shape, q.dtype) for x, shape in gathered.items()}
-        return bufs, FlagArray(h, p["flags"]), h.alloc(q.shape, q.dtype), h.alloc((b, q.shape[2], s), np.float32)
+    nbytes = sum(math.prod(x) for x in gathered.values()) * 2 + 4 * p["flags"]
 
     key = ("ulysses", tuple(q.shape), tuple(k.shape), str(q.dtype))
-    bufs, arrive, own_out, own_lse = _workspace.get(world, heap, key, nbytes, make)
-    out = own_out if out is None else out
-    lse = own_lse if lse is None else lse
+    bufs, arrive = _workspace.get(world, heap, key, nbytes, lambda h: (
+        {x: h.alloc(shape, q.dtype) for x, shape in gathered.items()}, FlagArray(h, p["flags"])))
+    if out is None:
+        out = _workspace.get(world, heap, key + ("out",), q.nbytes, lambda h: h.alloc(q.shape, q.dtype))
+    if lse is None:
+        lse = _workspace.get(world, heap, key + ("lse",), 4 * b * q.shape[2] * s,
+                             lambda h: h.alloc((b, q.shape[2], s), np.float32))
     device = Device.current()
     kernel = load(ulysses_kernel.build, cfg, device)
     rows = p["piece_rows"]
