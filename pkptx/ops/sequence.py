@@ -30,7 +30,7 @@ from ..templates.kernels import ring_attention as ring_kernel
 from ..templates.kernels import ulysses as ulysses_kernel
 from . import collectives
 from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
-from .common import dtype_name, load, ordered_args
+from .common import dtype_name, load
 from .gemm import _tensor_map
 
 _MASK32 = (1 << 32) - 1

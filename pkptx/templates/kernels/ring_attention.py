@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import PTXBuildError
 from ...isa import Param, Sem, address, b8, f32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
@@ -55,8 +56,10 @@ PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr
 
 @dataclass(frozen=True)
 class Config:
+    """The attention configuration of the compute blocks, and the mask (also Ulysses' Config)."""
     attention: attention.Config = attention.Config()
     causal: bool = False
+    prefix = "ring"           # of the kernel name (a class attribute, not a field)
 
     @property
     def halves(self) -> int:
@@ -69,7 +72,7 @@ class Config:
 
     @property
     def name(self) -> str:
-        return f"ring_{self.attention.name}{'_causal' if self.causal else ''}"
+        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}"
 
 
 def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
@@ -103,6 +106,14 @@ def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
 @dataclass(frozen=True)
 class RingTask(attention.Task):
     qhalf: object = None      # which chunk of the shard the task's rows are in (0 with one chunk)
+
+
+def run_diag(b, key_chunk, query_chunk, length, skip):
+    """Attention's ``diag`` for the keys of one chunk against the queries of another, both ``length``
+    rows of a causal sequence: ``length`` (an earlier chunk: every key visible), 0 (the same chunk: the
+    diagonal) or ``skip`` = -length (a later chunk: none)."""
+    later = b.selp("s32", skip, 0, b.setp("gt", u32, key_chunk, query_chunk), name="run_diag")
+    return b.selp("s32", length, later, b.setp("lt", u32, key_chunk, query_chunk), name="run_diag")
 
 
 class RingPlan(attention.Plan):
@@ -142,8 +153,7 @@ class RingPlan(attention.Plan):
             src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), step), world, name="src")
             if cfg.causal:
                 gk = b.selp(u32, b.sub(u32, last, src), src, b.setp("ne", u32, khalf, 0), name="k_chunk")
-                later = b.selp("s32", neg_chunk, 0, b.setp("gt", u32, gk, gq), name="run_diag")
-                diag = b.selp("s32", chunk, later, b.setp("lt", u32, gk, gq), name="run_diag")
+                diag = run_diag(b, gk, gq, chunk, neg_chunk)
             else:
                 diag = chunk
             if not loader:
@@ -162,23 +172,40 @@ class RingPlan(attention.Plan):
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
 
 
-def build(cfg: Config = Config()):
-    a = cfg.attention
-    chunk_bytes = a.kv_bytes                   # one relay stage: smem_k (stage 0) and smem_v (stage 0)
-    base = attention.template(a)
-    t = dataclasses.replace(base, name=cfg.name, params=PARAMS, layouts=(KR, VR, ARRIVE),
-                            rings=base.rings + (Ring("relay", 2, 1),), comm_first=True, progress=True)
-    parts = attention.roles(a, RingPlan(cfg))
+def communicating(cfg, plan, *, announce, counter: str, **template):
+    """Attention's template and roles for a kernel whose communicators take the first tickets (compute
+    blocks wait on them; they never wait on compute blocks): the prologue also zeroes the communicators'
+    ``counter`` and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
+    base = attention.template(cfg.attention)
+    t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
+                            **{k: v(base) if callable(v) else v for k, v in template.items()})
+    parts = attention.roles(cfg.attention, plan)
     start = parts.pop("prologue")
 
     def prologue(ctx):
-        """Ticket 0 tells the previous rank (the one that pushes here) that this launch has started."""
         start(ctx)
         b = ctx.b
-        ctx.let(relayed=b.mov(u32, 0, name="relayed"))
+        ctx.let(**{counter: b.mov(u32, 0, name=counter)})
         with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
-            prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
-            signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
+            announce(ctx)
+
+    return t, dict(parts, prologue=prologue)
+
+
+def build(cfg: Config = Config()):
+    a = cfg.attention
+    if a.block_k != KEY_BLOCK:
+        raise PTXBuildError(f"ring_attention: block_k must be the piece size {KEY_BLOCK}, got {a.block_k}")
+    chunk_bytes = a.kv_bytes                   # one relay stage: smem_k (stage 0) and smem_v (stage 0)
+
+    def announce(ctx):
+        """To the previous rank (the one that pushes here)."""
+        b = ctx.b
+        prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
+        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
+
+    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
+                             layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", 2, 1),))
 
     def relay(ctx, dst, src, nbytes) -> None:
         """``nbytes`` from ``src`` (local) to ``dst`` (a peer) through two shared-memory stages: the load of
@@ -249,7 +276,7 @@ def build(cfg: Config = Config()):
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope="sys")
 
-    return t.build(**parts, prologue=prologue, comm_tasks=comm_tasks, communicator=forward,
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=forward,
                    epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 
@@ -302,17 +329,18 @@ def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None
             [shard(lse, r, world, causal=causal, axis=2) for r in range(world)])
 
 
-def default_config(dtype: str, head_dim: int, causal: bool) -> Config:
+def default_config(dtype: str, head_dim: int, causal: bool, kind=Config) -> Config:
     """The configuration the op launches: attention's, but 2 consumer warpgroups at D=64 too (with 3,
-    the ring's per-run bookkeeping spills at 128 registers a thread)."""
-    return Config(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2), causal)
+    the per-run bookkeeping spills at 128 registers a thread)."""
+    return kind(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2), causal)
+
+
+LAUNCHED = [(dtype, head_dim, causal) for dtype in ("bf16", "f16") for head_dim in (64, 128) for causal in (False, True)]
 
 
 def catalog():
-    for dtype in ("bf16", "f16"):
-        for head_dim in (64, 128):
-            for causal in (False, True):
-                yield build(default_config(dtype, head_dim, causal))
+    for launched in LAUNCHED:
+        yield build(default_config(*launched))
 
 
 __all__ = ["Config", "build", "default_config", "reference", "shard", "unshard", "schedule", "PEER_FLAG"]

@@ -23,7 +23,6 @@ diagonal (k = s) or skipped.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +35,8 @@ from ...primitives.sync import flag_address, publish_async_writes, signal, signa
 from ...primitives.tma import tensor_map_param
 from ..progress import close_barrier
 from . import attention
-from .ring_attention import PEER_FLAG, later_deadline
+from . import ring_attention
+from .ring_attention import PEER_FLAG, communicating, later_deadline, run_diag
 
 ARRIVE, LSE = ParallelLayout("arrive"), ParallelLayout("lse")
 MAPS = tuple(TensorMapTable(n) for n in ("qg", "kg", "vg", "o"))
@@ -48,17 +48,8 @@ PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "qs", "k
 
 
 @dataclass(frozen=True)
-class Config:
-    attention: attention.Config = attention.Config()
-    causal: bool = False
-
-    @property
-    def smem_bytes(self) -> int:
-        return self.attention.smem_bytes
-
-    @property
-    def name(self) -> str:
-        return f"ulysses_{self.attention.name}{'_causal' if self.causal else ''}"
+class Config(ring_attention.Config):
+    prefix = "ulysses"
 
 
 def group_flag(b, ctx, batch, src, g):
@@ -128,8 +119,7 @@ class UlyssesPlan(attention.Plan):
         for step in b.range(0, world, name="run"):
             src = b.rem(u32, b.add(u32, rank, step), world, name="src")
             if self.cfg.causal:
-                later = b.selp("s32", neg_seq, 0, b.setp("gt", u32, src, t.q_shard), name="run_diag")
-                diag = b.selp("s32", seq, later, b.setp("lt", u32, src, t.q_shard), name="run_diag")
+                diag = run_diag(b, src, t.q_shard, seq, neg_seq)
             else:
                 diag = seq
             if not loader:
@@ -151,22 +141,14 @@ class UlyssesTask(attention.Task):
 
 
 def build(cfg: Config = Config()):
-    a = cfg.attention
-    base = attention.template(a)
-    t = dataclasses.replace(base, name=cfg.name, params=PARAMS + tuple(Param(f"tmap_{x}g_local", b8, 128, 64)
-                                                                        for x in "qkv"),
-                            layouts=(ARRIVE, LSE), tensor_maps=MAPS, comm_first=True, progress=True)
-    parts = attention.roles(a, UlyssesPlan(cfg))
-    start = parts.pop("prologue")
+    def announce(ctx):
+        """To every rank, in its arrive[this rank]."""
+        signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope="sys",
+                   multicast=False)
 
-    def prologue(ctx):
-        """Ticket 0 tells every rank that this launch has started (its arrive[rank] on each)."""
-        start(ctx)
-        b = ctx.b
-        ctx.let(piece_phase=b.mov(u32, 0, name="piece_phase"))
-        with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
-            signal_all(b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope="sys",
-                       multicast=False)
+    t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce, counter="piece_phase",
+                             params=PARAMS + tuple(Param(f"tmap_{x}g_local", b8, 128, 64) for x in "qkv"),
+                             layouts=(ARRIVE, LSE), tensor_maps=MAPS)
 
     def comm_tasks(ctx):
         return ctx.param("pieces")
@@ -222,7 +204,7 @@ def build(cfg: Config = Config()):
         ctx.b.bar_sync(0)
         close_barrier(ctx, 1, multicast=False)
 
-    return t.build(**parts, prologue=prologue, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
 
 
 def piece_rows(group: int, cfg: attention.Config) -> int:
@@ -240,11 +222,9 @@ def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None
 
 
 def default_config(dtype: str, head_dim: int, causal: bool) -> Config:
-    return Config(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2), causal)
+    return ring_attention.default_config(dtype, head_dim, causal, kind=Config)
 
 
 def catalog():
-    for dtype in ("bf16", "f16"):
-        for head_dim in (64, 128):
-            for causal in (False, True):
-                yield build(default_config(dtype, head_dim, causal))
+    for launched in ring_attention.LAUNCHED:
+        yield build(default_config(*launched))
