@@ -5,7 +5,7 @@
 - Ulysses (causal): ``ulysses_attention`` vs ``all_to_all`` of Q, K, V (scatter heads, gather sequence),
   ``attention`` on the local heads, ``all_to_all`` back. H=128.
 Lengths are total tokens over all ranks (the paper's are multiples of 768; B=16 there, here what fits
-one shared GPU: ``--batch``). The unoverlapped share of communication is (fused - attention alone) /
+one shared GPU: ``--ring-batch``, ``--ulysses-batch``). The unoverlapped share of communication is (fused - attention alone) /
 (communication alone): 0 means it hid completely. Each fused result is checked against the composition
 before it is timed. Run under MPI: ``python -m pkptx bench sp --ranks 4 --mps``; with every rank on one
 GPU the figures measure the protocol, the overlap and the SM split, not NVLink.
@@ -26,7 +26,8 @@ def main(argv=None) -> int:
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--ring-lengths", default="3072,6144,12288,24576")
     ap.add_argument("--ulysses-lengths", default="3072,6144,12288")
-    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--ring-batch", type=int, default=4)
+    ap.add_argument("--ulysses-batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--num-comm-sms", type=int, default=4)
     args = ap.parse_args(argv)
@@ -36,11 +37,12 @@ def main(argv=None) -> int:
     from ..launch import Device, Stream, SymmetricHeap, World, empty, from_numpy, time_cuda
     world = World()
     Device(world.device_ordinal()).set_current()
-    stream, w, bf16, d, batch = Stream(), world.size, ml_dtypes.bfloat16, 128, args.batch
+    stream, w, bf16, d = Stream(), world.size, ml_dtypes.bfloat16, 128
+    batches = {"ring": args.ring_batch, "ulysses": args.ulysses_batch}
     ring_lengths = [n for n in map(int, args.ring_lengths.split(",")) if n % (2 * w) == 0]
     ulysses_lengths = [n for n in map(int, args.ulysses_lengths.split(",")) if n % w == 0]
-    biggest = max([batch * n * 16 * d * 2 * 6 for n in ring_lengths] + [batch * n * 128 * d * 2 * 7 // w
-                                                                         for n in ulysses_lengths])
+    biggest = max([args.ring_batch * n * 16 * d * 2 * 6 for n in ring_lengths]
+                  + [args.ulysses_batch * n * 128 * d * 2 * 7 // w for n in ulysses_lengths])
     heap = SymmetricHeap(world, 3 * biggest + (256 << 20))   # the steps' buffers and the ops' workspaces
     rng = np.random.default_rng(11 + world.rank)
     rows = []
@@ -58,13 +60,13 @@ def main(argv=None) -> int:
         return float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
 
     def row(op, n, err, t_fused, t_attn, t_comm, causal):
-        flops = 4 * batch * (16 if op == "ring" else 128) * n * n * d / w * (0.5 if causal else 1.0)
-        rows.append([op, "causal" if causal else "full", n, f"{err:.1e}", t_fused, t_attn + t_comm, t_attn, t_comm,
+        flops = 4 * batches[op] * (16 if op == "ring" else 128) * n * n * d / w * (0.5 if causal else 1.0)
+        rows.append([op, "causal" if causal else "full", batches[op], n, f"{err:.1e}", t_fused, t_attn + t_comm, t_attn, t_comm,
                      f"{(t_attn + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_attn) / t_comm:.2f}",
                      f"{flops / t_fused / 1e9:.0f}"])
 
     for n in progress(ring_lengths, "ring lengths", show=world.rank == 0):
-        s, h = n // w, 16
+        s, h, batch = n // w, 16, args.ring_batch
         q, out, plain = from_numpy(rand(batch, s, h, d)), empty((batch, s, h, d), bf16), empty((batch, s, h, d), bf16)
         k_shard, v_shard = heap.alloc((batch, s, h, d), bf16), heap.alloc((batch, s, h, d), bf16)
         k_full, v_full = heap.alloc((batch, n, h, d), bf16), heap.alloc((batch, n, h, d), bf16)
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
             buf.free()
 
     for n in progress(ulysses_lengths, "ulysses lengths", show=world.rank == 0):
-        s, h = n // w, 128
+        s, h, batch = n // w, 128, args.ulysses_batch
         q, k, v = (from_numpy(rand(batch, s, h, d)) for _ in range(3))
         out = heap.alloc((batch, s, h, d), bf16)
         lse = heap.alloc((batch, h, s), np.float32)
@@ -134,9 +136,9 @@ def main(argv=None) -> int:
         gpus = Device.available()
         report(f"sequence-parallel attention vs collective-then-attention, {w} rank(s) on {min(gpus, w)} GPU(s)"
                f"{suffix}",
-               ["op", "mask", "tokens", "rel diff", "fused ms", "sequential ms", "attention ms", "comm ms",
+               ["op", "mask", "B", "tokens", "rel diff", "fused ms", "sequential ms", "attention ms", "comm ms",
                 "speedup", "unoverlapped comm", "fused TFLOP/s per rank"], rows,
-               sharing_note + f"B={batch}, D=128, bf16; ring H=16 (non-causal), Ulysses H=128 (causal); "
+               sharing_note + "D=128, bf16; ring H=16 (non-causal), Ulysses H=128 (causal); "
                f"num_comm_sms={args.num_comm_sms}; median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host).", args.record)
     heap.close()
