@@ -2,7 +2,7 @@
 whole sequence and against single-GPU pkptx.attention over it; or (``absent-<op>``) the last rank
 skipping a call, which must give the others a DeviceTimeoutError naming it.
 
-argv[1]: ``ring``, ``ulysses``, ``absent-ring`` or ``absent-ulysses``. Every rank draws the same cases
+argv[1]: comma-separated modes, each ``ring``, ``ulysses``, ``absent-ring`` or ``absent-ulysses``. Every rank draws the same cases
 and builds the full sequence from the case seed, so each computes the references itself; failures are
 recorded, not raised, so the ranks never diverge. Outputs are poisoned (NaN) before every call.
 """
@@ -66,19 +66,25 @@ def run_op(op: str, q, k, v, world, causal, heap, **kw):
 
 
 def main() -> None:
-    mode = sys.argv[1]
-    op = mode.removeprefix("absent-")
+    """Each mode of argv[1] (comma-separated) in turn, in one world; an ``absent-`` mode must come last
+    (the skipped call leaves the ranks' flag epochs apart)."""
     world = World()
     device = Device(world.device_ordinal()).set_current()
     heap = SymmetricHeap(world, 512 << 20)
+    for mode in sys.argv[1].split(","):
+        if mode.startswith("absent-"):
+            absent(mode.removeprefix("absent-"), world, heap)
+        else:
+            run_cases(mode, world, device, heap)
+    heap.close()
+    world.close()
+
+
+def run_cases(op: str, world, device, heap) -> None:
+    """Hypothesis-chosen cases of ``op``, reported as section ``op``."""
     w, rank = world.size, world.rank
     failures, cases = [], []
     hog = hog_from_env()
-
-    if mode.startswith("absent-"):
-        absent(op, world, heap)
-        world.close()
-        return
 
     @settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "12")), derandomize=True, database=None,
               deadline=None, suppress_health_check=list(HealthCheck))
@@ -128,8 +134,6 @@ def main() -> None:
 
     case()
     report(rank, op, cases=len(cases), failures=failures, all_cases=cases)
-    heap.close()
-    world.close()
 
 
 def absent(op: str, world, heap) -> None:
