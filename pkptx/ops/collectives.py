@@ -45,14 +45,12 @@ class _HeapState:
 
     def launch(self, kernel, threads: int, world_size: int, stream, timeout_ns: int, *, smem: int | None = None,
                work: int | None = None, num_comm_sms: int | None = None, rounds: int = ROUNDS_PER_LAUNCH,
-               extra_blocks: int = 0, **values) -> int:
+               **values) -> int:
         """Launch a persistent kernel that meets the other ranks ``rounds`` times on this heap's barrier
         (each rank adds 1 per round), and advance the totals to match. The grid is what can be resident
-        in this context, capped at ``work`` blocks, plus ``extra_blocks`` (blocks that start as earlier ones
-        end: e.g. compute blocks taking the SMs of communicators that finish early; only for kernels where
-        no block waits on a later ticket); ``num_comm_sms`` (default: every block) must leave a compute
-        block. Returns the grid."""
-        nblocks = persistent_grid(kernel, threads, smem or 0, work=work) + extra_blocks
+        in this context, capped at ``work`` blocks; ``num_comm_sms`` (default: every block) must leave a
+        compute block. Returns the grid."""
+        nblocks = persistent_grid(kernel, threads, smem or 0, work=work)
         if num_comm_sms is not None and num_comm_sms >= nblocks:
             raise ArgumentError(f"{kernel.compiled.entry}: num_comm_sms={num_comm_sms} leaves no compute block of "
                                 f"the {nblocks} this context can hold at once")

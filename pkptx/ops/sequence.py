@@ -7,9 +7,7 @@ over the whole sequence. Ring, causal: the shard is the rank's zigzag chunks (r 
 full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_attention.shard`), so S must be
 even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
 
-Each launch has ``num_comm_sms`` communicator blocks (default 4, the same on every rank; none at world 1)
-and, beyond the compute blocks the context holds, as many more that take the communicators' SMs when
-they finish. The receive buffers live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
+The receive buffers live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
 grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
 never calls makes the others' kernels give up after ``timeout_ns``; :func:`pkptx.synchronize` then raises
 a DeviceTimeoutError naming it. Every argument is checked before any GPU work (``check_ring`` and
@@ -184,7 +182,7 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
     state = collectives._state(kr)
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
     state.launch(kernel, 128 * (1 + cfg.attention.consumers), w, stream, timeout_ns, smem=cfg.smem_bytes,
-                 work=p["tasks"], extra_blocks=p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], rounds=0,
+                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], rounds=0,
                  **{n: _tensor_map(a, BOX5) for n, a in maps.items()},
                  lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
                  q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
@@ -259,7 +257,7 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     state = collectives._state(bufs["q"])
     scale = d ** -0.5 if scale is None else float(scale)
     state.launch(kernel, 128 * (1 + cfg.attention.consumers), w, stream, timeout_ns, smem=cfg.smem_bytes,
-                 work=p["tasks"], extra_blocks=p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], rounds=1, **maps, **tables,
+                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], rounds=1, **maps, **tables,
                  tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"], local_heads=hl, local_kv_heads=kvl,
                  group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],
                  piece_bytes=p["piece_bytes"], epoch=arrive.advance() & _MASK32,
