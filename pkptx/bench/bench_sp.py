@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ring-batch", type=int, default=4)
     ap.add_argument("--ulysses-batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--num-comm-sms", type=int, default=4)
+    ap.add_argument("--num-comm-sms", type=int, default=None, help="default: the ops' choice from the shapes")
     args = ap.parse_args(argv)
     import ml_dtypes
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
                ["op", "mask", "B", "tokens", "rel diff", "fused ms", "sequential ms", "attention ms", "comm ms",
                 "speedup", "unoverlapped comm", "fused TFLOP/s per rank"], rows,
                sharing_note + "D=128, bf16; ring H=16 (non-causal), Ulysses H=128 (causal); "
-               f"num_comm_sms={args.num_comm_sms}; median of CUDA events, GPU time (a GPU spin before each repeat "
+               f"num_comm_sms={args.num_comm_sms or 'auto'}; median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host).", args.record)
     heap.close()
     world.close()

@@ -7,7 +7,9 @@ over the whole sequence. Ring, causal: the shard is the rank's zigzag chunks (r 
 full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_attention.shard`), so S must be
 even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
 
-The receive buffers live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
+Each launch has ``num_comm_sms`` communicator blocks (none at world 1; None: chosen from the shapes by
+:func:`auto_comm_sms` and agreed by the ranks; when given, the same on every rank). The receive buffers
+live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
 grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
 never calls makes the others' kernels give up after ``timeout_ns``; :func:`pkptx.synchronize` then raises
 a DeviceTimeoutError naming it. Every argument is checked before any GPU work (``check_ring`` and
@@ -34,6 +36,8 @@ from .common import dtype_name, load
 from .gemm import _tensor_map
 
 _MASK32 = (1 << 32) - 1
+SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
+SM_PUSH = 40e9                # bytes/s one communicator block moves (one thread of bulk copies; a guess)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
@@ -66,6 +70,17 @@ def _check_shards(op: str, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
     return batch, seq_q, heads, kv_heads, dim
 
 
+def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None) -> int:
+    """Communicator blocks for ``num_comm_sms=None``: enough that the pushes take at most 2/3 of the
+    attention's time on this context's SMs (at SM_FLOPS and SM_PUSH each), between 1 and an eighth of
+    the SMs. Fewer would leave compute blocks waiting for data; more would take SMs from the attention
+    for the whole launch (a communicator's SM stays idle once its pushes are done)."""
+    sms = sm_count or 132
+    compute_s = flops / (sms * SM_FLOPS)
+    need = math.ceil(1.5 * comm_bytes / max(compute_s * SM_PUSH, 1.0))
+    return max(1, min(need, sms // 8))
+
+
 def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
                out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
                sm_count: int | None = None) -> dict:
@@ -84,7 +99,9 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
                 pieces=batch * cfg.halves * k_blocks, flags=1 + batch * world_size * cfg.halves * k_blocks,
                 row_bytes=kv_heads * dim * 2,
-                num_comm_sms=0 if world_size == 1 else (num_comm_sms or 4))
+                num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
+                    (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,
+                    4 * batch * heads * seq * world_size * seq * dim * (0.5 if causal else 1.0), sm_count))
 
 
 def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
@@ -111,7 +128,10 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
                 tasks=batch * (heads // world_size) * world_size * q_blocks, piece_rows=rows, row_pieces=row_pieces,
                 pieces=batch * local_kv * (world_size - 1) * row_pieces, piece_bytes=rows * dim * 2 * (group + 2),
                 flags=world_size + batch * world_size * local_kv,
-                num_comm_sms=0 if world_size == 1 else (num_comm_sms or 4))
+                num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
+                    (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
+                    4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),
+                    sm_count))
 
 
 # ------------------------------------------------------------------ receive buffers in a symmetric heap
@@ -156,6 +176,21 @@ def _inputs(op: str, q, k, v, out, lse):
     return q, k, v, _optional(out, op, "out"), _optional(lse, op, "lse")
 
 
+_agreed: dict = {}
+
+
+def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
+    """``num_comm_sms`` the same on every rank (the communicators' piece assignment depends on it): the
+    caller's, or the largest of the ranks' automatic choices (their SM shares may differ), agreed once
+    per shape."""
+    if asked is not None or world.size == 1:
+        return p["num_comm_sms"]
+    key = (op, id(world), p["batch"], p["seq"], p["heads"], p["kv_heads"], p["dim"], p["cfg"])
+    if key not in _agreed:
+        _agreed[key] = max(world.allgather(p["num_comm_sms"], what=f"{op}: num_comm_sms"))
+    return _agreed[key]
+
+
 def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
                    heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
                    timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
@@ -167,6 +202,7 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
                    *_shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
                    sm_count=context_sm_count())
     cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
+    p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
     if out is None:
         out = empty(q.shape, q.dtype)
     ring_shape = (p["batch"], w * p["seq"], p["kv_heads"], p["dim"])
@@ -229,6 +265,7 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     out = _symmetric(op, "out", out, world, q.shape, q.dtype)
     lse = _symmetric(op, "lse", lse, world, (q.shape[0], q.shape[2], q.shape[1]), np.float32)
     cfg, w = p["cfg"], world.size
+    p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
     b, s, d, hl, kvl, group = p["batch"], p["seq"], p["dim"], p["local_heads"], p["local_kv_heads"], p["group"]
     gathered = {"q": (b, w * s, hl, d), "k": (b, w * s, kvl, d), "v": (b, w * s, kvl, d)}
     nbytes = sum(math.prod(x) for x in gathered.values()) * 2 + 4 * p["flags"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pkptx.catalog import KERNEL_MODULES
 from pkptx.launch import status
-from pkptx.ops.sequence import SequenceArgumentError, check_ring, check_ulysses
+from pkptx.ops.sequence import SM_FLOPS, SM_PUSH, SequenceArgumentError, auto_comm_sms, check_ring, check_ulysses
 from pkptx.templates.attention_parts import key_limit
 from pkptx.templates.kernels import attention
 from pkptx.templates.kernels import ring_attention as ring
@@ -76,6 +76,15 @@ def test_ring_plan():
     assert (p["chunk"], p["k_blocks"], p["q_blocks"], p["cfg"].halves) == (50, 1, 1, 2)
     assert p["tasks"] == 2 * 8 * 2 and p["pieces"] == 2 * 2 and p["flags"] == 1 + 2 * 3 * 2
     assert plan(world=1)["num_comm_sms"] == 0 and plan(world=4, num_comm_sms=7)["num_comm_sms"] == 7
+
+
+@settings(max_examples=50, deadline=None)
+@given(comm=st.integers(0, 2**34), flops=st.floats(1.0, 1e15), sms=st.integers(1, 132))
+def test_auto_comm_sms_in_range(comm, flops, sms):
+    n = auto_comm_sms(comm, flops, sms)
+    assert 1 <= n <= max(1, sms // 8)
+    if n < max(1, sms // 8):       # enough: the pushes take at most 2/3 of the estimated attention time
+        assert comm / (n * SM_PUSH) <= flops / (sms * SM_FLOPS) / 1.5 * (1 + 1e-9) or n == 1 and comm == 0
 
 
 @pytest.mark.parametrize("kw, message", [
