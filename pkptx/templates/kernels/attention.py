@@ -132,6 +132,10 @@ class Plan:
     def tasks(self, ctx):
         return ctx.param("tasks")
 
+    def consumer_deadline(self, ctx):
+        """The budget of the consumers' waits for the loader."""
+        return ctx.deadline
+
     def task(self, ctx, task) -> Task:
         b = ctx.b
         q_blocks, heads = ctx.param("q_blocks"), ctx.param("heads")
@@ -225,7 +229,8 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         rows = [b.add(u32, b.add(u32, wg_row, frag_row), 8 * h, name="row") for h in (0, 1)]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
-        wait_parity(b, ctx.rings["q_full"].bar(b, 0), b.and_("b32", ctx.param("tq"), 1), deadline=ctx.deadline,
+        deadline = plan.consumer_deadline(ctx)
+        wait_parity(b, ctx.rings["q_full"].bar(b, 0), b.and_("b32", ctx.param("tq"), 1), deadline=deadline,
                     abandon=True, name="wait_q")
         q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), ctx.smem["smem_q"], mode="lo", name="q_tile")
         row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
@@ -243,7 +248,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
             for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
                 stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=deadline, abandon=True,
                             name="wait_k")
                 s_acc = b.regs(f32, cfg.block_k // 2, name="s")
                 k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
@@ -259,7 +264,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 online_softmax(b, s_acc, o_acc, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
                                row_max=row_max, row_sum=row_sum)
                 p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
-                wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
+                wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=deadline, abandon=True,
                             name="wait_v")
                 v_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_v"], mode="lo", name="v_tile")
                 pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)

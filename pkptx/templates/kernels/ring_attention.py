@@ -83,14 +83,25 @@ def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
     return b.add(u32, b.mad(u32, slot, ctx.param("k_blocks"), kb, mode="lo"), 1, name="piece_flag")
 
 
-def later_deadline(ctx) -> Deadline:
-    """The compute blocks' budget for peer data: an eighth longer than the communicators', so when a rank
+def later_deadline(ctx, shift: int = 3) -> Deadline:
+    """The compute blocks' budgets: the loaders' waits for peer data end timeout / 2^shift later than the
+    communicators' (shift 3), the consumers' waits for their loader later still (shift 2). So when a rank
     never comes, a communicator's wait on that rank itself expires and is reported first (every rank's
-    communicators wait on every other rank, directly or along the ring) rather than a wait on data that
-    an intact rank could not pass on."""
+    communicators wait on every other rank, directly or along the ring), not a wait on data that an
+    intact rank could not pass on, nor a consumer's wait on a loader that is still waiting."""
     b = ctx.b
-    margin = b.shr(u64, b.load_param("timeout_ns"), 3, name="compute_margin")
+    margin = b.shr(u64, b.load_param("timeout_ns"), shift, name="compute_margin")
     return dataclasses.replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
+
+
+class PeerPlan(attention.Plan):
+    """What the ring and Ulysses plans share: the consumers' later budget."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def consumer_deadline(self, ctx):
+        return later_deadline(ctx, 2)
 
 
 def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
@@ -116,12 +127,9 @@ def run_diag(b, key_chunk, query_chunk, length, skip):
     return b.selp("s32", length, later, b.setp("lt", u32, key_chunk, query_chunk), name="run_diag")
 
 
-class RingPlan(attention.Plan):
+class RingPlan(PeerPlan):
     """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
     keys shard by shard in arrival order (own shard first), chunk by chunk."""
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves

@@ -36,7 +36,7 @@ from ...primitives.tma import tensor_map_param
 from ..progress import close_barrier
 from . import attention
 from . import ring_attention
-from .ring_attention import PEER_FLAG, communicating, later_deadline, run_diag
+from .ring_attention import PEER_FLAG, PeerPlan, communicating, later_deadline, run_diag
 
 ARRIVE, LSE = ParallelLayout("arrive"), ParallelLayout("lse")
 MAPS = tuple(TensorMapTable(n) for n in ("qg", "kg", "vg", "o"))
@@ -70,12 +70,9 @@ def await_group(ctx, batch, src, g, deadline) -> None:
     b.fence_proxy_async("global")
 
 
-class UlyssesPlan(attention.Plan):
+class UlyssesPlan(PeerPlan):
     """Tasks (batch, local head, query shard, query block), head groups in order, the last block first;
     runs of keys shard by shard, this rank's own first."""
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def task(self, ctx, task) -> attention.Task:
         b, world, rank = ctx.b, ctx.world, ctx.rank
