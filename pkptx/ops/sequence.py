@@ -187,6 +187,8 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
         return p["num_comm_sms"]
     key = (op, id(world), p["batch"], p["seq"], p["heads"], p["kv_heads"], p["dim"], p["cfg"])
     if key not in _agreed:
+        if not any(k[1] == id(world) for k in _agreed):      # a later World may reuse the id
+            world.on_close(lambda: [_agreed.pop(k) for k in list(_agreed) if k[1] == id(world)])
         _agreed[key] = max(world.allgather(p["num_comm_sms"], what=f"{op}: num_comm_sms"))
     return _agreed[key]
 

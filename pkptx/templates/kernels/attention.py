@@ -127,7 +127,6 @@ class Keys:
 class Plan:
     """Single-GPU attention: tasks (batch, head, query block), blocks of one (batch, head) adjacent, the
     last first; one run of keys, the whole K/V of the (batch, head)."""
-    params = ()
 
     def tasks(self, ctx):
         return ctx.param("tasks")
