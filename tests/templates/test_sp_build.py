@@ -55,9 +55,10 @@ def test_ring_ptx_ordering_forms():
         after = lines[last_store:i]
         assert "cp.async.bulk.wait_group 0;" in after, after
         assert after.index("fence.proxy.async.global;") > after.index("cp.async.bulk.wait_group 0;"), after
-    # the two arrival waits (forwarder, loader) fence the async proxy before any TMA reads the data
+    # every flag wait (the next rank's start, the forwarder's and the loader's arrivals) fences the async
+    # proxy before the bulk copies or TMA loads that depend on it
     ends = [i for i, line in enumerate(lines) if line.startswith("$L_wait_flag_end")]
-    assert sum(lines[i + 1] == "fence.proxy.async.global;" for i in ends) == 2, [lines[i + 1] for i in ends]
+    assert len(ends) == 3 and all(lines[i + 1] == "fence.proxy.async.global;" for i in ends), [lines[i + 1] for i in ends]
 
 
 def test_peer_flag_constant_shared_with_the_host():

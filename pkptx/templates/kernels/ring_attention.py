@@ -268,6 +268,7 @@ def build(cfg: Config = Config()):
             nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
             wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
                  scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
+            b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
             src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
             ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
             own = b.setp("eq", u32, step, 1, name="own_shard")

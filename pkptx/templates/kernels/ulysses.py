@@ -157,6 +157,7 @@ def build(cfg: Config = Config()):
         for other in b.range(0, ctx.world, name="rank"):
             wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, other), ctx.param("epoch"), sem=Sem.ACQUIRE,
                  scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
+        b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
     def push(ctx, piece):
         """One piece (batch, head group, destination, row block): load its Q, K and V boxes, store them
