@@ -37,7 +37,8 @@ from .gemm import _tensor_map
 
 _MASK32 = (1 << 32) - 1
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
-SM_PUSH = 40e9                # bytes/s one communicator block moves (one thread of bulk copies; a guess)
+SM_PUSH = 100e9               # bytes/s a ring communicator block moves (six threads of bulk copies; a guess)
+SM_PUSH_ONE = 30e9            # a Ulysses communicator block (one thread, one piece in flight; a guess)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
@@ -70,14 +71,14 @@ def _check_shards(op: str, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
     return batch, seq_q, heads, kv_heads, dim
 
 
-def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None) -> int:
+def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: float = SM_PUSH) -> int:
     """Communicator blocks for ``num_comm_sms=None``: enough that the pushes take at most 2/3 of the
-    attention's time on this context's SMs (at SM_FLOPS and SM_PUSH each), between 1 and an eighth of
-    the SMs. Fewer would leave compute blocks waiting for data; more would take SMs from the attention
+    attention's time on this context's SMs (at SM_FLOPS each, ``push`` bytes/s a communicator), between
+    1 and an eighth of the SMs. Fewer would leave compute blocks waiting for data; more would take SMs from the attention
     for the whole launch (a communicator's SM stays idle once its pushes are done)."""
     sms = sm_count or 132
     compute_s = flops / (sms * SM_FLOPS)
-    need = math.ceil(1.5 * comm_bytes / max(compute_s * SM_PUSH, 1.0))
+    need = math.ceil(1.5 * comm_bytes / max(compute_s * push, 1.0))
     return max(1, min(need, sms // 8))
 
 
@@ -131,7 +132,7 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
                     4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),
-                    sm_count))
+                    sm_count, SM_PUSH_ONE))
 
 
 # ------------------------------------------------------------------ receive buffers in a symmetric heap

@@ -45,7 +45,7 @@ def test_ring_ptx_ordering_forms():
     lines = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith("//")]
     for form in ("cp.async.bulk.tensor.5d.shared::cluster.global.tile", "cp.async.bulk.shared::cluster.global",
                  "cp.async.bulk.global.shared::cta.bulk_group", "ld.acquire.sys.global.u32",
-                 "red.release.sys.global.add.u32", "cp.async.bulk.wait_group.read 1"):
+                 "red.release.sys.global.add.u32", "cp.async.bulk.wait_group.read 0"):
         assert any(line.startswith(form) for line in lines), form
     signals = [i for i, line in enumerate(lines) if line.startswith("red.release.sys")]
     # the first signal is ticket 0's "started" to the previous rank; every later one raises an arrival

@@ -8,7 +8,9 @@ communicators and on the next rank's ticket 0, never on compute blocks) forward 
 s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
 r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
 memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
-(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). Piece p is
+(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``; RELAY_LANES
+threads of the communicator each move a share of the piece and signal, so a flag reaches
+``RELAY_LANES · epoch``). Piece p is
 always moved by communicator ``p mod num_comm_sms`` on every rank, step by step, so a communicator
 waits only on its namesake of the previous rank for an earlier (step, piece), which has started (by
 induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the same
@@ -40,13 +42,14 @@ from ...primitives import wait_parity
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
 from ...primitives.tma import tensor_map_param
-from ..lcsc import Ring
+from ..lcsc import WINDOW_SLACK, Ring
 from . import attention
 
 KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
 READY = 0                 # arrive[0]: the next rank's launch has started (it adds 1 per call)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per piece (and per arrival flag)
+RELAY_LANES = 6           # threads of a communicator that each move every 6th chunk of a piece (and signal)
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
     Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
     Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
@@ -105,11 +108,13 @@ class PeerPlan(attention.Plan):
 
 
 def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
-    """Acquire the piece's arrival, then order it before the async proxy's (TMA) reads of the data. The
-    caller emits it on one path only, so it reads parameters through a branch of ``ctx``."""
+    """Acquire the piece's arrival (every relay lane of the sender has signalled, RELAY_LANES per call),
+    then order it before the async proxy's (TMA) reads of the data. The caller emits it on one path only,
+    so it reads parameters through a branch of ``ctx``."""
     ctx = ctx.branch()
     b = ctx.b
-    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), ctx.param("epoch"), sem=Sem.ACQUIRE,
+    expected = b.mul(u32, ctx.param("epoch"), RELAY_LANES, mode="lo", name="piece_signals")
+    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
          scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
 
@@ -204,7 +209,11 @@ def build(cfg: Config = Config()):
     a = cfg.attention
     if a.block_k != KEY_BLOCK:
         raise PTXBuildError(f"ring_attention: block_k must be the piece size {KEY_BLOCK}, got {a.block_k}")
-    chunk_bytes = a.kv_bytes                   # one relay stage: smem_k (stage 0) and smem_v (stage 0)
+    chunk_bytes = a.kv_bytes                   # one relay lane's stage
+    window = attention.template(a).dynamic_smem - WINDOW_SLACK
+    if window < RELAY_LANES * chunk_bytes:
+        raise PTXBuildError(f"ring_attention: {RELAY_LANES} relay stages of {chunk_bytes} bytes need more than the "
+                            f"{window} bytes of shared memory of {a.name}")
 
     def announce(ctx):
         """To the previous rank (the one that pushes here)."""
@@ -213,23 +222,25 @@ def build(cfg: Config = Config()):
         signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
 
     t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
-                             layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", 2, 1),))
+                             layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", RELAY_LANES, 1),))
 
-    def relay(ctx, dst, src, nbytes) -> None:
-        """``nbytes`` from ``src`` (local) to ``dst`` (a peer) through two shared-memory stages: the load of
-        one chunk overlaps the store of the previous (``wait_group.read 1`` frees the stage two back)."""
+    def relay(ctx, lane, dst, src, nbytes) -> None:
+        """This lane's chunks (``lane``, ``lane + RELAY_LANES``, ...) of ``nbytes`` from ``src`` (local) to
+        ``dst`` (a peer) through its own shared-memory stage (the dynamic window, which a communicator
+        does not otherwise use, cut into RELAY_LANES stages) and mbarrier: the lanes' copies overlap.
+        ``wait_group.read 0`` before each load: the lane's previous store has read the stage."""
         b = ctx.b
-        for done in b.range(0, nbytes, chunk_bytes, name="relay"):
+        bar = ctx.rings["relay"].bar(b, lane)
+        buf = b.mad(u32, lane, chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
+        first = b.mul(u32, lane, chunk_bytes, mode="lo", name="relay_first")
+        for done in b.range(first, nbytes, RELAY_LANES * chunk_bytes, name="relay"):
             size = b.min(u32, b.sub(u32, nbytes, done), chunk_bytes, name="relay_bytes")
             n = ctx.param("relayed")
-            stage = b.and_("b32", n, 1, name="relay_stage")
-            bar = ctx.rings["relay"].bar(b, stage)
-            buf = b.selp(u32, ctx.smem["smem_v"], ctx.smem["smem_k"], b.setp("ne", u32, stage, 0), name="relay_buf")
-            b.bulk_wait_group(1, read=True)
+            b.bulk_wait_group(0, read=True)
             b.mbarrier_arrive_expect_tx(bar, size)
             offset = b.cvt(u64, u32, done)
             b.bulk_load(address(buf), address(b.add(u64, src, offset)), size, bar)
-            wait_parity(b, bar, b.and_("b32", b.shr(u32, n, 1), 1), deadline=ctx.deadline, name="relay_in")
+            wait_parity(b, bar, b.and_("b32", n, 1), deadline=ctx.deadline, name="relay_in")
             b.bulk_store(address(b.add(u64, dst, offset)), address(buf), size)
             b.bulk_commit_group()
             b.add(u32, n, 1, into=n)
@@ -247,11 +258,13 @@ def build(cfg: Config = Config()):
     def forward(ctx, task):
         """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
         to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
-        a communicator pushes all its own pieces before it waits on anything but the next rank's start."""
+        a communicator pushes all its own pieces before it waits on anything but the next rank's start.
+        Threads 0 .. RELAY_LANES-1 each do all of it for their share of the chunks, with no barrier
+        between them (a lane that times out just exits): each waits, copies, and adds 1 to the flag."""
         b, halves = ctx.b, cfg.halves
         padded = padded_pieces(ctx)
         piece = b.rem(u32, task, padded, name="piece")
-        forwarder = b.setp("eq", u32, ctx.tid, 0, name="forwarder")
+        forwarder = b.setp("lt", u32, ctx.tid, RELAY_LANES, name="forwarder")
         with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=forwarder, name="real_piece")):
             ctx = ctx.branch()
             step = b.add(u32, b.div(u32, task, padded), 1, name="step")
@@ -281,7 +294,7 @@ def build(cfg: Config = Config()):
                 src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
                 dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.param("row_bytes"),
                                                                            mode="wide"))
-                relay(ctx, dst_addr, src_addr, nbytes)
+                relay(ctx, ctx.tid, dst_addr, src_addr, nbytes)
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope="sys")
 
