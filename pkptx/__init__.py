@@ -12,11 +12,12 @@ from .ops.copy import bulk_copy
 from .ops.fused import ag_gemm, gemm_ar, gemm_rs
 from .ops.gemm import gemm
 from .ops.moe import grouped_gemm, moe_combine, moe_dispatch, moe_dispatch_gemm
+from .ops.sequence import ring_attention, ulysses_attention
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "gemm", "grouped_gemm", "moe_dispatch", "moe_dispatch_gemm", "moe_combine", "attention", "attention_merge", "bulk_copy", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "ag_gemm", "gemm_rs",
+    "gemm", "grouped_gemm", "moe_dispatch", "moe_dispatch_gemm", "moe_combine", "attention", "attention_merge", "ring_attention", "ulysses_attention", "bulk_copy", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "ag_gemm", "gemm_rs",
     "gemm_ar", "PkptxError", "PTXBuildError", "TargetError", "AssemblyError", "CudaError", "LaunchError",
     "WorldError", "DeviceTimeoutError",
 ]

@@ -33,12 +33,6 @@ def run_cli(capsys, *argv):
 
 # ------------------------------------------------------------------------------ arguments
 
-@pytest.mark.parametrize("name", ["sp"])
-def test_benchmarks_not_written_yet_say_so(capsys, name):
-    rc, out, err = run_cli(capsys, name, "--ranks", "2")
-    assert rc == 2 and "not available in this version" in err and "Traceback" not in err + out
-
-
 @pytest.mark.parametrize("argv, message", [
     (["nope"], "no benchmark `nope`; expected one of collectives, gemm"),
     (["gemm", "--ranks", "2"], "`gemm` runs in one process; the MPI benchmarks are collectives, fused"),

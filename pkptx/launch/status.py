@@ -18,6 +18,7 @@ WORDS = 8
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # pkptx.primitives.mbarrier.MBARRIER_FLAG_ID (launch does not import primitives)
 BARRIER_FLAG_ID = 0xFFFFFFFE       # pkptx.templates.progress.BARRIER_FLAG_ID: the heap's barrier
 NO_PEER = 0xFFFFFFFF               # pkptx.primitives.sync.NO_PEER
+PEER_FLAG = 0x50000000             # pkptx.templates.kernels.ring_attention.PEER_FLAG: a wait on data of rank id & 0xFFFF
 # The device waits' budget when nothing else says: the one timeout setting (pkptx.launch.timeouts); the
 # ops take timeout= seconds (default: their world's), timeout_ns= for the old spelling.
 DEFAULT_TIMEOUT_NS = to_ns(default_timeout_s())
@@ -67,6 +68,12 @@ class DeviceStatus:
             error = DeviceTimeoutError(
                 f"{what}: rank {w[1]} timed out{budget} {where}: no signal from {format_ranks(missing)} "
                 f"(waited for {w[3]}, saw {w[4]}; block {w[5]}); did {format_ranks(missing)} launch it?")
+        elif w[2] & 0xFFFF0000 == PEER_FLAG:
+            peer = w[2] & 0xFFFF
+            error = DeviceTimeoutError(
+                f"{what}: rank {w[1]} timed out{budget} waiting for rank {peer} (block {w[5]}): rank {peer} never "
+                f"joined or its data never arrived (did every rank launch it?)")
+            missing = [peer]
         else:
             error = DeviceTimeoutError(
                 f"{what}: rank {w[1]} timed out{budget} waiting on flag {w[2]} for a value >= {w[3]} "

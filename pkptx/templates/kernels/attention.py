@@ -22,11 +22,12 @@ see no key get O = 0 and LSE = -inf.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Vec, address, b8, b32, f32, s32, u32, u64
+from ...isa import Param, Reg, Vec, address, b8, b32, f32, s32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
@@ -107,30 +108,85 @@ def template(cfg: Config) -> Template:
         consumers=cfg.consumers, rebalance=cfg.rebalance, progress=False)   # no block waits on another
 
 
-def task_coords(ctx, task):
-    """(batch, head, query block) of a task, the last query block first: with ``by_query_block`` the
-    tasks of one query block (over every batch and head) are adjacent, else those of one (batch, head)."""
+@dataclass(frozen=True)
+class Task:
+    """What the loader and the consumers need of one task: its (batch, head, query block), how many
+    query rows its Q chunk has (rows at or past it are neither stored nor given an LSE), the TMA
+    coordinates of Q/O rows and the LSE index of a row."""
+    batch: Reg
+    head: Reg
+    qb: Reg
+    rows: Reg
+    q_coords: Callable       # (column, row) -> coordinates in tmap_q / tmap_o
+    lse_index: Callable      # row -> u32 index into lse
+    q_map: Callable = None   # () -> Q's tensor map address (default: tmap_q); loader only
+    before_q: Callable = None    # () -> None, emitted by the loader before it loads Q
+    o_map: Callable = None   # () -> O's tensor map address (default: tmap_o)
+    o_coords: Callable = None    # (column, row) -> coordinates in the O map (default: q_coords)
+    lse_ptr: Reg = None      # where LSE goes (default: the lse parameter; 0: nowhere)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """One run of K/V blocks a task attends to: key j of the run is visible to row i when ``j < seq_k``
+    and ``j <= i + diag``; the loader's tensor maps and coordinates for key ``key``, and what it must
+    do before loading block ``kb`` (e.g. wait for the block to arrive from a peer)."""
+    seq_k: Reg
+    diag: Reg
+    tmap: Callable = None            # "k" | "v" -> tensor map address (loader only)
+    coords: Callable = None          # (column, key) -> coordinates (loader only)
+    before_load: Callable = None     # kb -> None (loader only)
+
+
+class Plan:
+    """Single-GPU attention: tasks (batch, head, query block) in the order of the module docstring; one
+    run of keys, the whole K/V of the (batch, head)."""
+
+    def tasks(self, ctx):
+        return ctx.param("tasks")
+
+    def consumer_deadline(self, ctx):
+        """The budget of the consumers' waits for the loader."""
+        return ctx.deadline
+
+    def task(self, ctx, task) -> Task:
+        """The last query block first: with ``by_query_block`` the tasks of one query block (over every
+        batch and head) are adjacent, else those of one (batch, head)."""
+        b = ctx.b
+        q_blocks, heads = ctx.param("q_blocks"), ctx.param("heads")
+        by_block = b.setp("ne", u32, ctx.param("by_query_block"), 0, name="by_query_block")
+        heads_total = b.div(u32, ctx.param("tasks"), q_blocks, name="heads_total")
+        inner_count = b.selp(u32, heads_total, q_blocks, by_block, name="inner_count")
+        outer, inner = b.div(u32, task, inner_count, name="outer"), b.rem(u32, task, inner_count, name="inner")
+        bh = b.selp(u32, inner, outer, by_block, name="bh")
+        qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.selp(u32, outer, inner, by_block), name="qb")
+        batch, head = b.div(u32, bh, heads, name="batch"), b.rem(u32, bh, heads, name="head")
+        seq_q = ctx.param("seq_q")
+        return Task(batch, head, qb, seq_q, lambda col, row: (col, head, row, batch),
+                    lambda row: b.mad(u32, b.mad(u32, batch, heads, head, mode="lo"), seq_q, row, mode="lo",
+                                      name="lse_index"))
+
+    def keys(self, ctx, t: Task, body: Callable[[Keys], None], *, loader: bool) -> None:
+        b = ctx.b
+        if not loader:
+            body(Keys(ctx.param("seq_k"), ctx.param("diag")))
+            return
+        kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
+        maps = {x: tensor_map_param(b, f"tmap_{x}") for x in "kv"}
+        body(Keys(ctx.param("seq_k"), ctx.param("diag"), maps.__getitem__,
+                  lambda col, key: (col, kv_head, key, t.batch)))
+
+
+def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
+    """K/V blocks of a run a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
     b = ctx.b
-    q_blocks = ctx.param("q_blocks")
-    by_block = b.setp("ne", u32, ctx.param("by_query_block"), 0, name="by_query_block")
-    heads_total = b.div(u32, ctx.param("tasks"), q_blocks, name="heads_total")
-    inner_count = b.selp(u32, heads_total, q_blocks, by_block, name="inner_count")
-    outer, inner = b.div(u32, task, inner_count, name="outer"), b.rem(u32, task, inner_count, name="inner")
-    bh = b.selp(u32, inner, outer, by_block, name="bh")
-    qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.selp(u32, outer, inner, by_block), name="qb")
-    return b.div(u32, bh, ctx.param("heads"), name="batch"), b.rem(u32, bh, ctx.param("heads"), name="head"), qb
+    end = b.min(u32, b.add(u32, first_row, cfg.rows), t.rows, name="rows_end")
+    last = b.max(s32, b.add(s32, end, keys.diag), 0, name="keys_end")
+    last = b.min(s32, last, keys.seq_k, name="keys_end")
+    return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
 
 
-def kv_blocks(ctx, cfg: Config, first_row):
-    """K/V blocks a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
-    b = ctx.b
-    end = b.min(u32, b.add(u32, first_row, cfg.rows), ctx.param("seq_q"), name="rows_end")
-    keys = b.max(s32, b.add(s32, end, ctx.param("diag")), 0, name="keys_end")
-    keys = b.min(s32, keys, ctx.param("seq_k"), name="keys_end")
-    return b.div(u32, b.add(u32, keys, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
-
-
-def roles(cfg: Config) -> dict:
+def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
     def prologue(ctx):
@@ -140,61 +196,62 @@ def roles(cfg: Config) -> dict:
         """One lane: Q of the block once its buffer is free, then K and V block by block."""
         b = ctx.b
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
-            batch, head, qb = task_coords(ctx, task)
-            kv_head = b.div(u32, head, ctx.param("group"), name="kv_head")
-            first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
-            maps = {t: tensor_map_param(b, f"tmap_{t}") for t in "qkv"}
+            t = plan.task(ctx, task)
+            first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
+            tmap_q = t.q_map() if t.q_map else tensor_map_param(b, "tmap_q")
             q_stage, q_phase = stage_of(b, ctx.param("tq"), cfg.q_stages)
             wait_parity(b, ctx.rings["q_empty"].bar(b, q_stage), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
                         name="wait_q_free")
+            if t.before_q:
+                t.before_q()
             q_full = ctx.rings["q_full"].bar(b, q_stage)
             q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
             b.mbarrier_arrive_expect_tx(q_full, cfg.q_bytes)
             for wg in range(cfg.consumers):
                 row = b.add(u32, first_row, wg * ROWS, name="q_row")
                 for db in range(d_boxes):
-                    b.tensor_load(address(q_buffer, q_box_offset(wg, db, cfg.head_dim)), maps["q"],
-                                  (db * BOX_COLS, head, row, batch), q_full)
-            for j in b.range(0, kv_blocks(ctx, cfg, first_row), name="kv"):
-                stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
-                            name="wait_kv_free")
-                key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-                for t, ring in (("k", "k_full"), ("v", "v_full")):
-                    full = ctx.rings[ring].bar(b, stage)
-                    b.mbarrier_arrive_expect_tx(full, cfg.kv_bytes)
-                    tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{t}"], mode="lo", name=f"{t}_dst")
-                    for kk in range(k_boxes):
-                        key = b.add(u32, key0, kk * BOX_ROWS, name="key")
-                        for db in range(d_boxes):
-                            offset = (k_box_offset(db, kk, cfg.block_k) if t == "k"
-                                      else v_box_offset(db, kk, cfg.head_dim))
-                            b.tensor_load(address(tile, offset), maps[t], (db * BOX_COLS, kv_head, key, batch), full)
-                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                    b.tensor_load(address(q_buffer, q_box_offset(wg, db, cfg.head_dim)), tmap_q,
+                                  t.q_coords(db * BOX_COLS, row), q_full)
+
+            def run(keys: Keys):
+                for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
+                    stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+                    wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1),
+                                deadline=ctx.deadline, name="wait_kv_free")
+                    if keys.before_load is not None:
+                        keys.before_load(j)
+                    key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+                    for x, ring in (("k", "k_full"), ("v", "v_full")):
+                        full = ctx.rings[ring].bar(b, stage)
+                        b.mbarrier_arrive_expect_tx(full, cfg.kv_bytes)
+                        tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
+                        for kk in range(k_boxes):
+                            key = b.add(u32, key0, kk * BOX_ROWS, name="key")
+                            for db in range(d_boxes):
+                                offset = (k_box_offset(db, kk, cfg.block_k) if x == "k"
+                                          else v_box_offset(db, kk, cfg.head_dim))
+                                b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key),
+                                              full)
+                    b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
+            plan.keys(ctx, t, run, loader=True)
             b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
 
     def consumer(ctx, task):
         """Each warpgroup: its 64 rows against every K/V block of the task, then O (and LSE) out."""
         b = ctx.b
-        batch, head, qb = task_coords(ctx, task)
+        t = plan.task(ctx, task)
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         wg_tid = b.and_("b32", ctx.role_tid, 127, name="wg_tid")
         frag_row, frag_col = warp_quad(b, wg_tid)
-        first_row = b.mul(u32, qb, cfg.rows, mode="lo", name="first_row")
+        first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
         wg_row = b.mad(u32, wg, ROWS, first_row, mode="lo", name="wg_row")
         rows = [b.add(u32, b.add(u32, wg_row, frag_row), 8 * h, name="row") for h in (0, 1)]
-        seq_k, diag = ctx.param("seq_k"), ctx.param("diag")
-
-        def key_limit(row):
-            return b.min(s32, b.add(s32, b.add(s32, row, diag), 1), seq_k, name="key_limit")
-
-        wg_limit = key_limit(wg_row)
-        row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
+        deadline = plan.consumer_deadline(ctx)
         q_stage, q_phase = stage_of(b, ctx.param("tq"), cfg.q_stages)
-        wait_parity(b, ctx.rings["q_full"].bar(b, q_stage), q_phase, deadline=ctx.deadline, abandon=True,
-                    name="wait_q")
+        wait_parity(b, ctx.rings["q_full"].bar(b, q_stage), q_phase, deadline=deadline, abandon=True, name="wait_q")
         q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
         q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), q_buffer, mode="lo", name="q_tile")
         row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
@@ -203,7 +260,6 @@ def roles(cfg: Config) -> dict:
         for o in o_acc:
             b.mov(f32, 0.0, into=o)
         scale_log2 = ctx.param("scale_log2")
-        blocks = kv_blocks(ctx, cfg, first_row)
 
         def ring_slot(name, it):
             stage, phase = stage_of(b, it, cfg.stages)
@@ -212,27 +268,16 @@ def roles(cfg: Config) -> dict:
         def scores(s_acc, it):
             """Issue S = Q·Kᵀ for the K block in ring slot ``it`` (committed, not waited)."""
             stage, phase, k_tile = ring_slot("smem_k", it)
-            wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
-                        name="wait_k")
+            wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=deadline, abandon=True, name="wait_k")
             for db in range(d_boxes):
                 mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
                             b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
                             n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
 
-        def softmax(j, s_acc, o):
-            """Mask block j's scores where it crosses a row's last key, then the online softmax."""
-            key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-            partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
-            with b.if_then(partial, uniform=True):
-                mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
-            return online_softmax(b, s_acc, o, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
-                                  row_max=row_max, row_sum=row_sum)
-
         def values(p_regs):
             """Issue O += P·V for the V block in ring slot ``it``; returns the slot's stage."""
             stage, phase, v_tile = ring_slot("smem_v", ctx.param("it"))
-            wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
-                        name="wait_v")
+            wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=deadline, abandon=True, name="wait_v")
             pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
             return stage
 
@@ -240,40 +285,61 @@ def roles(cfg: Config) -> dict:
             b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
 
-        # Block j's Q·Kᵀ is issued before block j-1's P·V and its softmax runs while that product is
-        # in flight; O is rescaled only once the product is done (wgmma groups complete in order).
-        with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
-            p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
-            s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-            scores(s_acc, ctx.param("it"))
-            b.wgmma_wait_group(0)
-            softmax(0, s_acc, None)                      # O is still zero: nothing to rescale
-            p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
-            for j in b.range(1, blocks, name="kv"):
-                s_next = b.regs(f32, cfg.block_k // 2, name="s")
-                scores(s_next, b.add(u32, ctx.param("it"), 1, name="it_next"))
+        def run(keys: Keys):
+            """The run's K/V blocks, software-pipelined: block j's Q·Kᵀ is issued before block j-1's P·V
+            and its softmax runs while that product is in flight; O is rescaled only once the product
+            is done (wgmma groups complete in order)."""
+            def key_limit(row):
+                return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
+
+            wg_limit = key_limit(wg_row)
+            row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
+
+            def softmax(j, s_acc):
+                """Mask block j's scores where it crosses a row's last key, then the online softmax
+                (O left alone: returns the rows' corrections)."""
+                key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+                partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
+                with b.if_then(partial, uniform=True):
+                    mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
+                return online_softmax(b, s_acc, None, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
+                                      row_max=row_max, row_sum=row_sum)
+
+            blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+            with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
+                p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
+                s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                scores(s_acc, ctx.param("it"))
+                b.wgmma_wait_group(0)
+                rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
+                p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
+                for j in b.range(1, blocks, name="kv"):
+                    s_next = b.regs(f32, cfg.block_k // 2, name="s")
+                    scores(s_next, b.add(u32, ctx.param("it"), 1, name="it_next"))
+                    stage = values(p_regs)
+                    b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
+                    corrections = softmax(j, s_next)
+                    b.wgmma_wait_group(0)
+                    release(stage)
+                    rescale(b, o_acc, cfg.head_dim, corrections)
+                    p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
                 stage = values(p_regs)
-                b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
-                corrections = softmax(j, s_next, None)
                 b.wgmma_wait_group(0)
                 release(stage)
-                rescale(b, o_acc, cfg.head_dim, corrections)
-                p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
-            stage = values(p_regs)
-            b.wgmma_wait_group(0)
-            release(stage)
+
+        plan.keys(ctx, t, run, loader=False)
         b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, q_stage), pred=lane0)
-        finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head)
+        finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t)
         b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
 
-    return dict(num_tasks=lambda ctx: ctx.param("tasks"), prologue=prologue, loader=loader, consumer=consumer)
+    return dict(num_tasks=plan.tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
-def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, batch, head) -> None:
-    """O / l through the warpgroup's staging buffer to a TMA store (rows past S_q are clipped), and
-    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below S_q when ``lse`` is not null."""
+def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t: Task) -> None:
+    """O / l through the warpgroup's staging buffer to a TMA store (rows past the tensor are clipped), and
+    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null."""
     b = ctx.b
-    lse = ctx.param("lse")
+    lse = ctx.param("lse") if t.lse_ptr is None else t.lse_ptr
     want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
     lane_first = b.setp("eq", u32, frag_col, 0, name="quad_first")
     out = list(o_acc)
@@ -284,17 +350,17 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
         for o in half_regs(o_acc, cfg.head_dim, half):
             b.mul(f32, o, inv, into=o)
         value = b.mul(f32, b.add(f32, row_max[half], b.lg2(f32, total, ftz=True)), LN2, name="lse")
-        store = b.setp("lt", u32, rows[half], ctx.param("seq_q"), combine="and", c=want_lse, name="store_lse")
+        store = b.setp("lt", u32, rows[half], t.rows, combine="and", c=want_lse, name="store_lse")
         store = b.and_("pred", store, lane_first, name="store_lse")
-        index = b.mad(u32, b.mad(u32, batch, ctx.param("heads"), head, mode="lo"), ctx.param("seq_q"), rows[half],
-                      mode="lo", name="lse_index")
+        index = t.lse_index(rows[half])
         with b.if_then(store):
             b.st(f32, address(b.add(u64, lse, b.mul(u32, index, 4, mode="wide"), name="lse_addr")), value,
                  space="global")
-    tmap_o = tensor_map_param(b, "tmap_o")
+    tmap_o = t.o_map() if t.o_map else tensor_map_param(b, "tmap_o")
+    o_coords = t.o_coords or t.q_coords
     staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
     stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
-                       issue=lambda sub, col: b.tensor_store(tmap_o, (col, head, wg_row, batch), address(sub)))
+                       issue=lambda sub, col: b.tensor_store(tmap_o, o_coords(col, wg_row), address(sub)))
 
 
 def build(cfg: Config = Config()):

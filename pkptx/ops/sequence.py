@@ -1,0 +1,309 @@
+"""Sequence parallelism: ``ring_attention(q, k, v, world, *, causal=False, ...)`` and
+``ulysses_attention(q, k, v, world, *, causal=False, ...)``, each one persistent launch.
+
+Layouts as :func:`pkptx.attention`: (B, S, H, D), bf16/f16, D 64/128, K/V heads dividing Q heads. Every
+rank passes its sequence shard (S rows, the same S on every rank); the result is its shard of attention
+over the whole sequence. Ring, causal: the shard is the rank's zigzag chunks (r and 2·world-1-r of the
+full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_attention.shard`), so S must be
+even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
+
+Each launch has ``num_comm_sms`` communicator blocks (none at world 1; None: chosen from the shapes by
+:func:`auto_comm_sms` and agreed by the ranks; when given, the same on every rank). The receive buffers
+live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
+grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
+never calls makes the others' kernels give up after ``timeout_ns``; :func:`pkptx.synchronize` then raises
+a DeviceTimeoutError naming it. Every argument is checked before any GPU work (``check_ring`` and
+``check_ulysses`` do it on shapes alone).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..launch import Device, DeviceArray, empty, from_numpy
+from ..launch.flags import FlagArray
+from ..launch.status import DEFAULT_TIMEOUT_NS
+from ..launch.symmetric import SymmetricHeap
+from ..launch.occupancy import context_sm_count
+from ..launch.symmetric import SymmetricBuffer
+from ..launch.tensormap import TensorMap
+from ..templates.kernels import ring_attention as ring_kernel
+from ..templates.kernels import ulysses as ulysses_kernel
+from . import collectives
+from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
+from .common import dtype_name, load
+from .gemm import _tensor_map
+
+_MASK32 = (1 << 32) - 1
+SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
+SM_PUSH = 100e9               # bytes/s a ring communicator block moves (six threads of bulk copies; a guess)
+SM_PUSH_ONE = 30e9            # a Ulysses communicator block (one thread, one piece in flight; a guess)
+HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
+BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
+
+
+class SequenceArgumentError(AttentionArgumentError):
+    """A ring/Ulysses attention argument that cannot work (raised before any GPU work)."""
+
+
+def _check_shards(op: str, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size, out_shape, out_dtype,
+                  lse_shape, lse_dtype, causal, scale, num_comm_sms, sm_count) -> tuple:
+    """What both ops ask of their shards: attention's rules, one shard length, 32-bit indexes."""
+    try:
+        batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
+            q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, out_shape, out_dtype, lse_shape, lse_dtype,
+            causal=causal, scale=scale)
+    except AttentionArgumentError as exc:
+        raise SequenceArgumentError(str(exc).replace("attention:", f"{op}:", 1)) from None
+    if not isinstance(world_size, int) or world_size < 1:
+        raise SequenceArgumentError(f"{op}: world size must be a positive int, got {world_size!r}")
+    if seq_q != seq_k:
+        raise SequenceArgumentError(f"{op}: q and k/v must hold the same shard of the sequence (S = {seq_q} and "
+                                    f"{seq_k})")
+    if batch * world_size * seq_q * max(heads, 1) >= 2**31:
+        raise SequenceArgumentError(f"{op}: B·world·S·H = {batch * world_size * seq_q * heads} must be below 2**31")
+    if num_comm_sms is not None:
+        limit = (sm_count or 2**31) - 1
+        if not isinstance(num_comm_sms, int) or isinstance(num_comm_sms, bool) or not 1 <= num_comm_sms <= limit:
+            raise SequenceArgumentError(f"{op}: num_comm_sms must be None or in 1..{limit} (this context's SMs "
+                                        f"less one), got {num_comm_sms!r}")
+    return batch, seq_q, heads, kv_heads, dim
+
+
+def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: float = SM_PUSH) -> int:
+    """Communicator blocks for ``num_comm_sms=None``: enough that the pushes take at most 2/3 of the
+    attention's time on this context's SMs (at SM_FLOPS each, ``push`` bytes/s a communicator), between
+    1 and an eighth of the SMs. Fewer would leave compute blocks waiting for data; more would take SMs from the attention
+    for the whole launch (a communicator's SM stays idle once its pushes are done)."""
+    sms = sm_count or 132
+    compute_s = flops / (sms * SM_FLOPS)
+    need = math.ceil(1.5 * comm_bytes / max(compute_s * push, 1.0))
+    return max(1, min(need, sms // 8))
+
+
+def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
+               out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
+               sm_count: int | None = None) -> dict:
+    """The launch plan of a ring attention after checking every rule; no GPU needed."""
+    op = "ring_attention"
+    batch, seq, heads, kv_heads, dim = _check_shards(op, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
+                                                     world_size, out_shape, out_dtype, lse_shape, lse_dtype, causal,
+                                                     scale, num_comm_sms, sm_count)
+    if causal and seq % 2:
+        raise SequenceArgumentError(f"{op}: causal needs an even shard length S (the zigzag halves), got {seq}")
+    cfg = ring_kernel.default_config(dtype_name(q_dtype), dim, causal)
+    chunk = seq // cfg.halves
+    k_blocks = -(-chunk // ring_kernel.KEY_BLOCK)
+    q_blocks = -(-chunk // cfg.attention.rows)
+    return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
+                k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
+                pieces=batch * cfg.halves * k_blocks, flags=1 + batch * world_size * cfg.halves * k_blocks,
+                row_bytes=kv_heads * dim * 2,
+                num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
+                    (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,
+                    4 * batch * heads * seq * world_size * seq * dim * (0.5 if causal else 1.0), sm_count))
+
+
+def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
+                  out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
+                  sm_count: int | None = None) -> dict:
+    """The launch plan of a Ulysses attention after checking every rule; no GPU needed."""
+    op = "ulysses_attention"
+    batch, seq, heads, kv_heads, dim = _check_shards(op, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
+                                                     world_size, out_shape, out_dtype, lse_shape, lse_dtype, causal,
+                                                     scale, num_comm_sms, sm_count)
+    if heads % world_size or kv_heads % world_size:
+        raise SequenceArgumentError(f"{op}: q heads ({heads}) and K/V heads ({kv_heads}) must both be multiples of "
+                                    f"the world size {world_size} (each rank computes H/world heads)")
+    group = heads // kv_heads
+    cfg = ulysses_kernel.default_config(dtype_name(q_dtype), dim, causal)
+    if group > cfg.attention.rows:
+        raise SequenceArgumentError(f"{op}: at most {cfg.attention.rows} q heads per K/V head, got {group}")
+    rows = ulysses_kernel.piece_rows(group, cfg.attention)
+    row_pieces = -(-seq // rows)
+    local_kv = kv_heads // world_size
+    q_blocks = -(-seq // cfg.attention.rows)
+    return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, group=group,
+                local_heads=heads // world_size, local_kv_heads=local_kv, q_blocks=q_blocks,
+                tasks=batch * (heads // world_size) * world_size * q_blocks, piece_rows=rows, row_pieces=row_pieces,
+                pieces=batch * local_kv * (world_size - 1) * row_pieces, piece_bytes=rows * dim * 2 * (group + 2),
+                flags=world_size + batch * world_size * local_kv,
+                num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
+                    (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
+                    4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),
+                    sm_count, SM_PUSH_ONE))
+
+
+# ------------------------------------------------------------------ receive buffers in a symmetric heap
+class _Workspace:
+    """Receive buffers and flag arrays per (purpose, shapes), in the caller's heap or a private one."""
+
+    def __init__(self):
+        self.private: dict[int, SymmetricHeap] = {}
+        self.items: dict[tuple, object] = {}
+
+    def get(self, world, heap, key, nbytes: int, make):
+        """``make(heap)`` once per heap and ``key``; a private heap is re-made larger when it has no room
+        for ``nbytes`` more (every rank makes the same calls, so every rank does it at the same one)."""
+        if heap is not None:
+            if not isinstance(heap, SymmetricHeap) or heap.world is not world:
+                raise SequenceArgumentError("heap must be a SymmetricHeap of the world passed (or None)")
+        else:
+            heap = self.private.get(id(world))
+            if heap is None or heap.closed or ((id(heap), key) not in self.items
+                                               and heap.free_bytes < nbytes + HEAP_SLACK):
+                if heap is not None and not heap.closed:
+                    Device.current().synchronize()            # no kernel still uses the old one
+                    self.items = {k: v for k, v in self.items.items() if k[0] != id(heap)}
+                    heap.close()
+                else:
+                    world.on_close(lambda: self.private.pop(id(world), None))
+                heap = self.private[id(world)] = SymmetricHeap(world, 2 * (nbytes + HEAP_SLACK))
+        if (id(heap), key) not in self.items:
+            self.items[(id(heap), key)] = make(heap)
+        return self.items[(id(heap), key)]
+
+
+_workspace = _Workspace()
+
+
+def _view(arr: DeviceArray, shape) -> DeviceArray:
+    return DeviceArray.from_pointer(arr.ptr, shape, arr.dtype, owner=arr)
+
+
+def _inputs(op: str, q, k, v, out, lse):
+    q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    return q, k, v, _optional(out, op, "out"), _optional(lse, op, "lse")
+
+
+_agreed: dict = {}
+
+
+def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
+    """``num_comm_sms`` the same on every rank (the communicators' piece assignment depends on it): the
+    caller's, or the largest of the ranks' automatic choices (their SM shares may differ), agreed once
+    per shape."""
+    if asked is not None or world.size == 1:
+        return p["num_comm_sms"]
+    key = (op, id(world), p["batch"], p["seq"], p["heads"], p["kv_heads"], p["dim"], p["cfg"])
+    if key not in _agreed:
+        if not any(k[1] == id(world) for k in _agreed):      # a later World may reuse the id
+            world.on_close(lambda: [_agreed.pop(k) for k in list(_agreed) if k[1] == id(world)])
+        _agreed[key] = max(world.allgather(p["num_comm_sms"], what=f"{op}: num_comm_sms"))
+    return _agreed[key]
+
+
+def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
+                   heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
+                   timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+    """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
+    shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp."""
+    op = "ring_attention"
+    q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
+    p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *_shape_dtype(out),
+                   *_shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
+                   sm_count=context_sm_count())
+    cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
+    p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
+    if out is None:
+        out = empty(q.shape, q.dtype)
+    ring_shape = (p["batch"], w * p["seq"], p["kv_heads"], p["dim"])
+    ring_bytes = 2 * math.prod(ring_shape) * 2 + 4 * p["flags"]
+    kr, vr, arrive = _workspace.get(world, heap, ("ring", ring_shape, str(q.dtype), halves), ring_bytes, lambda h: (
+        h.alloc(ring_shape, q.dtype), h.alloc(ring_shape, q.dtype), FlagArray(h, p["flags"])))
+    device = Device.current()
+    kernel = load(ring_kernel.build, cfg, device)
+    b, c, heads, kvh, d = p["batch"], p["chunk"], p["heads"], p["kv_heads"], p["dim"]
+    maps = dict(tmap_q=_view(q, (b, halves, c, heads, d)), tmap_o=_view(out, (b, halves, c, heads, d)),
+                tmap_k=_view(k, (b, halves, c, kvh, d)), tmap_v=_view(v, (b, halves, c, kvh, d)),
+                tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
+    state = collectives._state(kr)
+    scale = p["dim"] ** -0.5 if scale is None else float(scale)
+    state.launch(kernel, 128 * (1 + cfg.attention.consumers), stream, timeout_ns, smem=cfg.smem_bytes,
+                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
+                 **{n: _tensor_map(a, BOX5) for n, a in maps.items()},
+                 lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
+                 q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
+                 pieces=p["pieces"], row_bytes=p["row_bytes"], epoch=arrive.advance() & _MASK32,
+                 scale_log2=scale * math.log2(math.e), **state.layout_args("kr", kr), **state.layout_args("vr", vr),
+                 **state.layout_args("arrive", arrive.buffer))
+    return out
+
+
+_tables: dict = {}
+
+
+def _map_table(ptrs, dtype, shape, box, swizzle) -> DeviceArray:
+    """A device table of tensor maps, one per rank's copy of a buffer (made once per buffer and box)."""
+    key = (tuple(ptrs), str(dtype), tuple(shape), box, swizzle)
+    if key not in _tables:
+        maps = b"".join(TensorMap.tiled(ptr, dtype, shape, box=box, swizzle=swizzle).data for ptr in ptrs)
+        _tables[key] = from_numpy(np.frombuffer(maps, dtype=np.uint8).copy())
+    return _tables[key]
+
+
+def _symmetric(op: str, name: str, buf, world, shape, dtype):
+    if buf is None:
+        return None
+    if not isinstance(buf, SymmetricBuffer) or buf.heap.world is not world:
+        raise SequenceArgumentError(f"{op}: {name} must be a SymmetricBuffer of this world (peers write into it)")
+    if tuple(buf.shape) != tuple(shape) or dtype_name(buf.dtype) != dtype_name(dtype):
+        raise SequenceArgumentError(f"{op}: {name} must be {tuple(shape)} {np.dtype(dtype)}, got {buf.shape} {buf.dtype}")
+    return buf
+
+
+def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None,
+                      out: SymmetricBuffer | None = None, lse: SymmetricBuffer | None = None,
+                      heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
+                      timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+    """This rank's shard of attention over the whole sequence, each rank computing H/world heads: the
+    all-to-all in, the attention and the all-to-all out in one launch. ``out`` (B, S, H, D) and ``lse``
+    (B, H, S) f32 are SymmetricBuffers (peers store into them); when None, workspace buffers that the
+    next call of the same shapes overwrites. Returns ``out``."""
+    op = "ulysses_attention"
+    q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    p = check_ulysses(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, causal=causal, scale=scale,
+                      num_comm_sms=num_comm_sms, sm_count=context_sm_count())
+    out = _symmetric(op, "out", out, world, q.shape, q.dtype)
+    lse = _symmetric(op, "lse", lse, world, (q.shape[0], q.shape[2], q.shape[1]), np.float32)
+    cfg, w = p["cfg"], world.size
+    p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
+    b, s, d, hl, kvl, group = p["batch"], p["seq"], p["dim"], p["local_heads"], p["local_kv_heads"], p["group"]
+    gathered = {"q": (b, w * s, hl, d), "k": (b, w * s, kvl, d), "v": (b, w * s, kvl, d)}
+    nbytes = sum(math.prod(x) for x in gathered.values()) * 2 + 4 * p["flags"]
+
+    key = ("ulysses", tuple(q.shape), tuple(k.shape), str(q.dtype))
+    bufs, arrive = _workspace.get(world, heap, key, nbytes, lambda h: (
+        {x: h.alloc(shape, q.dtype) for x, shape in gathered.items()}, FlagArray(h, p["flags"])))
+    if out is None:
+        out = _workspace.get(world, heap, key + ("out",), q.nbytes, lambda h: h.alloc(q.shape, q.dtype))
+    if lse is None:
+        lse = _workspace.get(world, heap, key + ("lse",), 4 * b * q.shape[2] * s,
+                             lambda h: h.alloc((b, q.shape[2], s), np.float32))
+    device = Device.current()
+    kernel = load(ulysses_kernel.build, cfg, device)
+    rows = p["piece_rows"]
+    heads_of = {"q": (p["heads"], hl, group), "k": (p["kv_heads"], kvl, 1), "v": (p["kv_heads"], kvl, 1)}
+    maps, tables = {}, {}
+    for x, arr in (("q", q), ("k", k), ("v", v)):
+        total, local, box_heads = heads_of[x]
+        maps[f"tmap_{x}"] = _tensor_map(_view(arr, (b, 1, s, total, d)), BOX5)
+        maps[f"tmap_{x}g_local"] = _tensor_map(_view(bufs[x].local, (b, w, s, local, d)), BOX5)
+        maps[f"tmap_{x}s"] = TensorMap.tiled(arr, box=(1, rows, box_heads, d), swizzle=None)
+        tables[f"{x}g_tmaps"] = _map_table(bufs[x].peer_ptrs, q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
+                                           None)
+    tables["o_tmaps"] = _map_table(out.peer_ptrs, q.dtype, q.shape, BOX, 128)
+    state = collectives._state(bufs["q"])
+    scale = d ** -0.5 if scale is None else float(scale)
+    state.launch(kernel, 128 * (1 + cfg.attention.consumers), stream, timeout_ns, smem=cfg.smem_bytes,
+                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], **maps, **tables,
+                 tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"], local_heads=hl, local_kv_heads=kvl,
+                 group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],
+                 piece_bytes=p["piece_bytes"], epoch=arrive.advance() & _MASK32,
+                 scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer),
+                 **state.layout_args("lse", lse))
+    return out
+
+
+__all__ = ["ring_attention", "ulysses_attention", "check_ring", "check_ulysses", "SequenceArgumentError"]

@@ -1,0 +1,372 @@
+"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; K/V shards
+travel around the ring while the compute blocks attend to the shards already in hand, and the online
+softmax simply runs on across shards, so partial results are never merged (no merge pass, no LSE
+round trip).
+
+Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the previous rank's
+communicators and on the next rank's ticket 0, never on compute blocks) forward shards: at step
+s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
+r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
+memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
+(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``; RELAY_LANES
+threads of the communicator each move a share of the piece and signal, so a flag reaches
+``RELAY_LANES · epoch``). Piece p is
+always moved by communicator ``p mod num_comm_sms`` on every rank, step by step, so a communicator
+waits only on its namesake of the previous rank for an earlier (step, piece), which has started (by
+induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the same
+``num_comm_sms``.
+
+Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
+the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
+first push into r+1, a communicator waits until r+1's ticket 0 has signalled that r+1's launch started
+(its previous call, earlier on its stream, is done reading the slots). Compute loaders, before
+TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquire.sys``;
+``fence.proxy.async.global``). Flags count calls (``epoch``), so they are never reset. Waits name in
+their flag id the rank whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
+
+Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
+2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
+pair is full (key chunk earlier), diagonal (the same chunk) or skipped (later): a run of keys with
+``diag`` = chunk, 0 or -chunk in :mod:`.attention`'s terms. Non-causal: one chunk per shard, all full.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import PTXBuildError
+from ...isa import Param, Sem, address, b8, f32, u32, u64
+from ...primitives import wait_parity
+from ...primitives.layout import ParallelLayout
+from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
+from ...primitives.tma import tensor_map_param
+from ..lcsc import WINDOW_SLACK, Ring
+from ..progress import close_barrier
+from . import attention
+
+KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
+READY = 0                 # arrive[0]: the next rank's launch has started (it adds 1 per call)
+PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
+KEY_BLOCK = 128           # keys per piece (and per arrival flag)
+RELAY_LANES = 6           # threads of a communicator that each move every 6th chunk of a piece (and signal)
+PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
+    Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
+    Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
+    Param("k_blocks", u32), Param("pieces", u32), Param("row_bytes", u32), Param("epoch", u32),
+    Param("scale_log2", f32))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The attention configuration of the compute blocks, and the mask (also Ulysses' Config)."""
+    attention: attention.Config = attention.Config()
+    causal: bool = False
+    prefix = "ring"           # of the kernel name (a class attribute, not a field)
+
+    @property
+    def halves(self) -> int:
+        """Chunks per shard: 2 with zigzag (causal), else 1."""
+        return 2 if self.causal else 1
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.attention.smem_bytes
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}"
+
+
+def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
+    """arrive[1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
+    slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
+    if halves == 2:
+        slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
+    return b.add(u32, b.mad(u32, slot, ctx.param("k_blocks"), kb, mode="lo"), 1, name="piece_flag")
+
+
+def later_deadline(ctx, shift: int = 3) -> Deadline:
+    """The compute blocks' budgets: the loaders' waits for peer data end timeout / 2^shift later than the
+    communicators' (shift 3), the consumers' waits for their loader later still (shift 2). So when a rank
+    never comes, a communicator's wait on that rank itself expires and is reported first (every rank's
+    communicators wait on every other rank, directly or along the ring), not a wait on data that an
+    intact rank could not pass on, nor a consumer's wait on a loader that is still waiting."""
+    b = ctx.b
+    margin = b.shr(u64, b.load_param("timeout_ns"), shift, name="compute_margin")
+    return dataclasses.replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
+
+
+class PeerPlan(attention.Plan):
+    """What the ring and Ulysses plans share: the consumers' later budget."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def consumer_deadline(self, ctx):
+        return later_deadline(ctx, 2)
+
+
+def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
+    """Acquire the piece's arrival (every relay lane of the sender has signalled, RELAY_LANES per call),
+    then order it before the async proxy's (TMA) reads of the data. The caller emits it on one path only,
+    so it reads parameters through a branch of ``ctx``."""
+    ctx = ctx.branch()
+    b = ctx.b
+    expected = b.mul(u32, ctx.param("epoch"), RELAY_LANES, mode="lo", name="piece_signals")
+    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
+         scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+    b.fence_proxy_async("global")
+
+
+@dataclass(frozen=True)
+class RingTask(attention.Task):
+    qhalf: object = None      # which chunk of the shard the task's rows are in (0 with one chunk)
+
+
+def run_diag(b, key_chunk, query_chunk, length, skip):
+    """Attention's ``diag`` for the keys of one chunk against the queries of another, both ``length``
+    rows of a causal sequence: ``length`` (an earlier chunk: every key visible), 0 (the same chunk: the
+    diagonal) or ``skip`` = -length (a later chunk: none)."""
+    later = b.selp("s32", skip, 0, b.setp("gt", u32, key_chunk, query_chunk), name="run_diag")
+    return b.selp("s32", length, later, b.setp("lt", u32, key_chunk, query_chunk), name="run_diag")
+
+
+class RingPlan(PeerPlan):
+    """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
+    keys shard by shard in arrival order (own shard first), chunk by chunk."""
+
+    def task(self, ctx, task) -> attention.Task:
+        b, halves = ctx.b, self.cfg.halves
+        q_blocks, heads, chunk = ctx.param("q_blocks"), ctx.param("heads"), ctx.param("chunk")
+        qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
+        rest = b.div(u32, task, q_blocks, name="task_rest")
+        qhalf = b.sub(u32, 1, b.and_("b32", rest, 1), name="qhalf") if halves == 2 else b.mov(u32, 0, name="qhalf")
+        bh = b.shr(u32, rest, 1, name="bh") if halves == 2 else rest
+        batch, head = b.div(u32, bh, heads, name="batch"), b.rem(u32, bh, heads, name="head")
+        rows0 = b.mul(u32, b.mad(u32, bh, halves, qhalf, mode="lo"), chunk, mode="lo", name="lse_rows")
+        return RingTask(batch, head, qb, chunk, lambda col, row: (col, head, row, qhalf, batch),
+                        lambda row: b.add(u32, rows0, row, name="lse_index"), qhalf=qhalf)
+
+    def keys(self, ctx, t, body, *, loader: bool) -> None:
+        b, cfg, halves = ctx.b, self.cfg, self.cfg.halves
+        world, rank, chunk = ctx.world, ctx.rank, ctx.param("chunk")
+        if cfg.causal:
+            last = b.sub(u32, b.mul(u32, world, 2, mode="lo"), 1, name="last_chunk")
+            own_late = b.sub(u32, last, rank, name="late_chunk")
+            gq = b.selp(u32, own_late, rank, b.setp("ne", u32, t.qhalf, 0), name="q_chunk")
+        if loader:
+            kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
+            maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
+            deadline = later_deadline(ctx)
+        neg_chunk = b.neg("s32", chunk, name="skip_run")
+        for u in b.range(0, b.mul(u32, world, halves, mode="lo"), name="run"):
+            step = b.shr(u32, u, 1, name="step") if halves == 2 else u
+            khalf = b.and_("b32", u, 1, name="khalf") if halves == 2 else b.mov(u32, 0, name="khalf")
+            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), step), world, name="src")
+            if cfg.causal:
+                gk = b.selp(u32, b.sub(u32, last, src), src, b.setp("ne", u32, khalf, 0), name="k_chunk")
+                diag = run_diag(b, gk, gq, chunk, neg_chunk)
+            else:
+                diag = chunk
+            if not loader:
+                body(attention.Keys(chunk, diag))
+                continue
+            own = b.setp("eq", u32, step, 0, name="own_shard")
+            slot = b.selp(u32, khalf, b.mad(u32, src, halves, khalf, mode="lo"), own, name="slot")
+            tmaps = {x: b.selp(u64, maps[x][0], maps[x][1], own, name=f"tmap_{x}_run") for x in "kv"}
+
+            def before_load(kb, src=src, khalf=khalf, own=own):
+                with b.if_then(b.not_("pred", own, name="from_peer")):
+                    cctx = ctx.branch()
+                    await_piece(cctx, arrival_index(b, t.batch, src, khalf, kb, cctx, halves), src, deadline=deadline)
+
+            body(attention.Keys(chunk, diag, tmaps.__getitem__,
+                                lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
+
+
+def communicating(cfg, plan, *, announce, counter: str, **template):
+    """Attention's template and roles for a kernel whose communicators take the first tickets (compute
+    blocks wait on them; they never wait on compute blocks): the prologue also zeroes the communicators'
+    ``counter`` and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
+    base = attention.template(cfg.attention)
+    t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
+                            **{k: v(base) if callable(v) else v for k, v in template.items()})
+    parts = attention.roles(cfg.attention, plan)
+    start = parts.pop("prologue")
+
+    def prologue(ctx):
+        start(ctx)
+        b = ctx.b
+        ctx.let(**{counter: b.mov(u32, 0, name=counter)})
+        with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
+            announce(ctx)
+
+    return t, dict(parts, prologue=prologue)
+
+
+def build(cfg: Config = Config()):
+    a = cfg.attention
+    if a.block_k != KEY_BLOCK:
+        raise PTXBuildError(f"ring_attention: block_k must be the piece size {KEY_BLOCK}, got {a.block_k}")
+    chunk_bytes = a.kv_bytes                   # one relay lane's stage
+    window = attention.template(a).dynamic_smem - WINDOW_SLACK
+    if window < RELAY_LANES * chunk_bytes:
+        raise PTXBuildError(f"ring_attention: {RELAY_LANES} relay stages of {chunk_bytes} bytes need more than the "
+                            f"{window} bytes of shared memory of {a.name}")
+
+    def announce(ctx):
+        """To the previous rank (the one that pushes here)."""
+        b = ctx.b
+        prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
+        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
+
+    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
+                             layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", RELAY_LANES, 1),))
+
+    def relay(ctx, lane, dst, src, nbytes) -> None:
+        """This lane's chunks (``lane``, ``lane + RELAY_LANES``, ...) of ``nbytes`` from ``src`` (local) to
+        ``dst`` (a peer) through its own shared-memory stage (the dynamic window, which a communicator
+        does not otherwise use, cut into RELAY_LANES stages) and mbarrier: the lanes' copies overlap.
+        ``wait_group.read 0`` before each load: the lane's previous store has read the stage."""
+        b = ctx.b
+        bar = ctx.rings["relay"].bar(b, lane)
+        buf = b.mad(u32, lane, chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
+        first = b.mul(u32, lane, chunk_bytes, mode="lo", name="relay_first")
+        for done in b.range(first, nbytes, RELAY_LANES * chunk_bytes, name="relay"):
+            size = b.min(u32, b.sub(u32, nbytes, done), chunk_bytes, name="relay_bytes")
+            n = ctx.param("relayed")
+            b.bulk_wait_group(0, read=True)
+            b.mbarrier_arrive_expect_tx(bar, size)
+            offset = b.cvt(u64, u32, done)
+            b.bulk_load(address(buf), address(b.add(u64, src, offset)), size, bar)
+            wait_parity(b, bar, b.and_("b32", n, 1), deadline=ctx.deadline, name="relay_in")
+            b.bulk_store(address(b.add(u64, dst, offset)), address(buf), size)
+            b.bulk_commit_group()
+            b.add(u32, n, 1, into=n)
+
+    def padded_pieces(ctx):
+        """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
+        on communicator p mod num_comm_sms at every step."""
+        b, n = ctx.b, ctx.param("num_comm_sms")
+        return b.mul(u32, b.div(u32, b.add(u32, ctx.param("pieces"), b.sub(u32, n, 1)), n), n, mode="lo",
+                     name="padded_pieces")
+
+    def comm_tasks(ctx):
+        return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
+
+    def forward(ctx, task):
+        """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
+        to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
+        a communicator pushes all its own pieces before it waits on anything but the next rank's start.
+        Threads 0 .. RELAY_LANES-1 each do all of it for their share of the chunks, with no barrier
+        between them (a lane that times out just exits): each waits, copies, and adds 1 to the flag."""
+        b, halves = ctx.b, cfg.halves
+        padded = padded_pieces(ctx)
+        piece = b.rem(u32, task, padded, name="piece")
+        forwarder = b.setp("lt", u32, ctx.tid, RELAY_LANES, name="forwarder")
+        with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=forwarder, name="real_piece")):
+            ctx = ctx.branch()
+            step = b.add(u32, b.div(u32, task, padded), 1, name="step")
+            k_blocks, chunk, world, rank = ctx.param("k_blocks"), ctx.param("chunk"), ctx.world, ctx.rank
+            kb = b.rem(u32, piece, k_blocks, name="piece_kb")
+            rest = b.div(u32, piece, k_blocks, name="piece_rest")
+            khalf = b.rem(u32, rest, halves, name="piece_half")
+            batch = b.div(u32, rest, halves, name="piece_batch")
+            key0 = b.mul(u32, kb, KEY_BLOCK, mode="lo", name="piece_key0")
+            row = b.mad(u32, khalf, chunk, key0, mode="lo", name="piece_row")
+            rows = b.min(u32, b.sub(u32, chunk, key0), KEY_BLOCK, name="piece_rows")
+            nbytes = b.mul(u32, rows, ctx.param("row_bytes"), mode="lo", name="piece_bytes")
+            shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
+            nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
+            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
+                 scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
+            b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
+            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
+            ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
+            own = b.setp("eq", u32, step, 1, name="own_shard")
+            local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
+            flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
+            with b.if_then(b.not_("pred", own, name="forwarded")):
+                await_piece(ctx, flag, src, deadline=ctx.deadline)
+            for x, lay in (("k", "kr"), ("v", "vr")):
+                base = b.selp(u64, ctx.param(f"{x}_local"), ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
+                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
+                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.param("row_bytes"),
+                                                                           mode="wide"))
+                relay(ctx, ctx.tid, dst_addr, src_addr, nbytes)
+            publish_async_writes(b)
+            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope="sys")
+
+    def epilogue(ctx):
+        """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
+        ctx.b.bulk_wait_group(0)
+        close_barrier(ctx, 1, multicast=False)
+
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=forward, epilogue=epilogue)
+
+
+# ------------------------------------------------------------------ host-side models (no GPU)
+def zigzag_chunks(rank: int, world: int) -> tuple[int, int]:
+    """The global chunks rank ``rank`` holds under zigzag sharding (2·world chunks)."""
+    return rank, 2 * world - 1 - rank
+
+
+def shard(x: np.ndarray, rank: int, world: int, *, causal: bool, axis: int = 1) -> np.ndarray:
+    """Rank ``rank``'s shard of a full sequence along ``axis``: contiguous, or (causal) its zigzag chunks."""
+    if not causal:
+        return np.split(x, world, axis=axis)[rank]
+    parts = np.split(x, 2 * world, axis=axis)
+    return np.concatenate([parts[c] for c in zigzag_chunks(rank, world)], axis=axis)
+
+
+def unshard(shards: list[np.ndarray], *, causal: bool, axis: int = 1) -> np.ndarray:
+    """The full sequence back from every rank's shard (the inverse of :func:`shard`)."""
+    world = len(shards)
+    if not causal:
+        return np.concatenate(shards, axis=axis)
+    parts = [None] * (2 * world)
+    for r, s in enumerate(shards):
+        for c, part in zip(zigzag_chunks(r, world), np.split(s, 2, axis=axis)):
+            parts[c] = part
+    return np.concatenate(parts, axis=axis)
+
+
+def schedule(rank: int, world: int, *, causal: bool) -> list[tuple[int, int, str]]:
+    """(source rank, key chunk, kind) per run of keys, in the order a query chunk of ``rank`` visits them
+    (kind per query chunk: "full", "diag" or "skip"), as ``RingPlan.keys`` emits it."""
+    halves = 2 if causal else 1
+    out = []
+    for q_half in range(halves):
+        gq = zigzag_chunks(rank, world)[q_half] if causal else rank
+        for u in range(world * halves):
+            src, khalf = (rank - u // halves) % world, u % halves
+            gk = zigzag_chunks(src, world)[khalf] if causal else src
+            out.append((src, gk, "full" if not causal or gk < gq else "diag" if gk == gq else "skip"))
+    return out
+
+
+def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None = None):
+    """float64 (O, LSE) of every rank's shard: attention over the full sequence, sharded back."""
+    full = [unshard(x, causal=causal) for x in (q_shards, k_shards, v_shards)]
+    out, lse = attention.reference(*full, causal=causal, scale=scale)
+    world = len(q_shards)
+    return ([shard(out, r, world, causal=causal) for r in range(world)],
+            [shard(lse, r, world, causal=causal, axis=2) for r in range(world)])
+
+
+def default_config(dtype: str, head_dim: int, causal: bool, kind=Config) -> Config:
+    """The configuration the op launches: single-GPU attention's (:func:`attention.default_config`)."""
+    return kind(attention.default_config(dtype, head_dim), causal)
+
+
+LAUNCHED = [(dtype, head_dim, causal) for dtype in ("bf16", "f16") for head_dim in (64, 128) for causal in (False, True)]
+
+
+def catalog():
+    for launched in LAUNCHED:
+        yield build(default_config(*launched))
+
+
+__all__ = ["Config", "build", "default_config", "reference", "shard", "unshard", "schedule", "PEER_FLAG"]
