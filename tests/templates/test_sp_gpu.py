@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
+from tests.helpers import mpi
 from tests.helpers.gpu import rank_env, sharing_cases, sharing_env
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "launch"))
-from mpi_programs import launcher  # noqa: E402
-
-PROGRAM = "../../templates/programs/sp_program.py"
+PROGRAM = "tests/templates/programs/sp_program.py"
 OPS = ("ring", "ulysses")
-
-
-def _launcher():
-    if launcher.find_launcher() is None:
-        pytest.skip("no mpiexec/mpirun to start the ranks")
 
 
 def _examples(default: str) -> str:
@@ -54,10 +46,9 @@ def _check_absent(results, ranks):
 def test_quick(gpu, ranks):
     """Both ops on a few cases, then the last rank sitting out a ring call, in one mpirun (the short
     check): under MPS with equal shares when ``PKPTX_TEST_MPS=1``, else time-sliced."""
-    _launcher()
     shares = [100 // ranks] * ranks if os.environ.get("PKPTX_TEST_MPS") == "1" else None
     env = rank_env(PKPTX_EXAMPLES=_examples("1"), **sharing_env(shares, False))
-    proc, results = launcher.run(ranks, PROGRAM, "ring,ulysses,absent-ring", env=env, timeout=300)
+    proc, results = mpi.run(ranks, PROGRAM, "ring,ulysses,absent-ring", env=env, timeout=300)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
     for op in OPS:
@@ -71,9 +62,8 @@ def test_quick(gpu, ranks):
 @pytest.mark.parametrize("ranks, shares, hog", sharing_cases([1, 2, 3, 4]))
 @pytest.mark.parametrize("op", OPS)
 def test_sequence_parallel_attention_matches(gpu, op, ranks, shares, hog):
-    _launcher()
     env = rank_env(PKPTX_EXAMPLES=_examples("4" if hog else "10" if ranks <= 2 else "6"), **sharing_env(shares, hog))
-    proc, results = launcher.run(ranks, PROGRAM, op, env=env, timeout=540)
+    proc, results = mpi.run(ranks, PROGRAM, op, env=env, timeout=540)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
     _check_cases(results, ranks, op, output)
@@ -85,8 +75,7 @@ def test_sequence_parallel_attention_matches(gpu, op, ranks, shares, hog):
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.parametrize("op", OPS)
 def test_absent_rank_is_named(gpu, op, ranks):
-    _launcher()
-    proc, results = launcher.run(ranks, PROGRAM, f"absent-{op}", env=rank_env(), timeout=240)
+    proc, results = mpi.run(ranks, PROGRAM, f"absent-{op}", env=rank_env(), timeout=240)
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(results) == list(range(ranks)), output
     _check_absent(results, ranks)

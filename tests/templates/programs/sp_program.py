@@ -8,23 +8,20 @@ recorded, not raised, so the ranks never diverge. Outputs are poisoned (NaN) bef
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
 
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import example, given, strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "launch"))
-from mpi_programs.launcher import report  # noqa: E402
-
-import pkptx  # noqa: E402
-from pkptx.errors import DeviceTimeoutError  # noqa: E402
-from pkptx.launch import Device, SymmetricHeap, World, empty, from_numpy  # noqa: E402
-from pkptx.templates.kernels import attention, ring_attention  # noqa: E402
-from tests.helpers.hog import hog_from_env  # noqa: E402
+import pkptx
+from pkptx.errors import DeviceTimeoutError
+from pkptx.launch import Device, SymmetricHeap, World, empty, from_numpy
+from pkptx.templates.kernels import attention, ring_attention
+from tests.helpers.hog import hog_from_env
+from tests.helpers.mpi import hyp, report
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 BOUND = 1.5e-2          # relative Frobenius error against float64 (16-bit inputs, P rounded to 16 bits)
@@ -86,8 +83,7 @@ def run_cases(op: str, world, device, heap) -> None:
     failures, cases = [], []
     hog = hog_from_env()
 
-    @settings(max_examples=int(os.environ.get("PKPTX_EXAMPLES", "12")), derandomize=True, database=None,
-              deadline=None, suppress_health_check=list(HealthCheck))
+    @hyp(12)
     @given(batch=st.integers(1, 2), kv_heads=st.sampled_from([1, 2]), group=st.sampled_from([1, 2, 3]),
            shard=st.one_of(st.sampled_from([1, 2, 64, 129, 256]), st.integers(1, 300)),
            dim=st.sampled_from([64, 128]), causal=st.booleans(), dtype=st.sampled_from(["bf16", "f16"]),
