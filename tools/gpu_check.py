@@ -25,11 +25,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120), ("copy", "tests/templates/test_copy_gpu.py", 60),
-               ("attention", "tests/templates/test_attention_gpu.py", 150),
-               ("launch", "tests/launch", 150),
-               ("fused", "tests/templates/test_fused_gpu.py", 300),
-               ("collectives", "tests/templates/test_collectives_gpu.py", 400), ("primitives", "tests/primitives", 200)]
+# (step, test file, time limit, pytest -k expression or None): one step per group; the -k steps are the
+# quick subsets of the multi-rank files (the whole files take minutes each).
+TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120, None),
+               ("copy", "tests/templates/test_copy_gpu.py", 60, None),
+               ("attention", "tests/templates/test_attention_gpu.py", 150, None),
+               ("launch", "tests/launch", 150, None),
+               ("fused", "tests/templates/test_fused_gpu.py", 300, None),
+               ("fused_2rank", "tests/templates/test_fused_gpu.py", 150, "2rank and not mps"),
+               ("collectives", "tests/templates/test_collectives_gpu.py", 400, None),
+               ("collectives_2rank", "tests/templates/test_collectives_gpu.py", 150, "2rank and not mps"),
+               ("primitives", "tests/primitives", 200, None),
+               ("sp", "tests/templates/test_sp_gpu.py", 400, None),
+               ("sp_quick", "tests/templates/test_sp_gpu.py", 90, "quick"),
+               ("moe", "tests/templates/test_moe_gpu.py", 300, None),
+               ("moe_quick", "tests/templates/test_moe_gpu.py", 90, "grouped_gemm or (layer and 2rank and not mps)"),
+               ("graph", "tests/templates/test_graph_gpu.py", 300, None),
+               ("graph_quick", "tests/templates/test_graph_gpu.py", 120, "2rank and not mps or refused")]
 SANITIZED = [("sanitizer", ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "3", sys.executable,
                             "probe/attention_smoke.py", "--small"], 300)]   # memcheck on a small case
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)
@@ -62,6 +74,8 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
             ("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
             ("bench_gemm", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm"), "--record",
                             *q], 300, {}),
+            ("bench_gemm_quick", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm_quick"),
+                                  "--record", "--quick"], 120, {}),
             ("bench_tma", [sys.executable, "-m", "pkptx.bench.bench_tma", "--record", *q], 100, {}),
             coll(1, 24 if quick else 28), fused(1, "2048,4096,8192,16384"), *multi]
 
@@ -153,8 +167,8 @@ def main() -> int:
 def plan(args) -> list[tuple]:
     """Every step as (name, log name, command, time limit, extra environment, summarise)."""
     tests = [(name, f"test_{name}", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                     "-rs", path], limit, {}, pytest_summary)
-             for name, path, limit in TEST_GROUPS if (ROOT / path).exists()]
+                                     "-rs", path, *(["-k", select] if select else [])], limit, {}, pytest_summary)
+             for name, path, limit, select in TEST_GROUPS if (ROOT / path).exists()]
     sanitized = [(name, name, cmd, limit, {}, sanitizer_summary) for name, cmd, limit in SANITIZED]
     bench = [(name, name.replace(" -n ", "_n"), cmd, limit, extra, bench_summary)
              for name, cmd, limit, extra in benches(args.quick, args.mps)]
@@ -178,7 +192,7 @@ def steps(args, wanted: list, rows: list, logs: Path, out_dir: Path) -> None:
     if wanted:
         chosen = [step for want in wanted for step in everything if want in (step[0], step[0].split()[0], step[1])]
     else:
-        chosen = everything
+        chosen = [step for step in everything if "-k" not in step[2]]    # whole files, not their subsets
     for name, log_name, cmd, limit, extra, summarise in chosen:
         rc, out, secs = run(cmd, logs / f"{log_name}.log", limit, extra)
         rows.append((name if summarise is not pytest_summary else f"tests {name}", "ok" if rc == 0 else f"rc={rc}",
