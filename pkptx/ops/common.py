@@ -26,7 +26,7 @@ def dtype_name(dtype) -> str | None:
 
 def load(factory, config, device: Device) -> Kernel:
     """The kernel ``factory(config)`` built (cached on disk) and loaded on ``device`` (cached)."""
-    key = (factory.__module__, config, device.ordinal)
+    key = (factory.__module__, factory.__qualname__, config, device.ordinal)   # a module may have several builds
     kernel = _loaded.get(key)
     if kernel is None:
         kernel = _loaded[key] = Kernel.load(build_cached(factory, config), device)

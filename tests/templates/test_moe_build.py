@@ -370,3 +370,17 @@ def test_fused_tiles_fence_their_acquire_before_loading_rows():
     fences = [i for i, x in enumerate(lines) if x == "fence.proxy.async.global;"]
     row_polls = [i for i in polls if i < first_load]
     assert row_polls and any(max(row_polls) < f < first_load for f in fences)
+
+
+def test_two_builds_of_one_module_and_config_load_apart(monkeypatch):
+    """ops.common.load caches per factory, not per module: the MoE route and push kernels share a module
+    and a Config (on the H200 the push launch once got the route kernel)."""
+    from pkptx.ops import common
+    loaded = []
+    monkeypatch.setattr(common, "_loaded", {})
+    monkeypatch.setattr(common, "build_cached", lambda factory, cfg: factory(cfg))
+    monkeypatch.setattr(common.Kernel, "load", staticmethod(lambda kernel, device: loaded.append(kernel) or kernel))
+    device = type("D", (), {"ordinal": 0})()
+    route = common.load(moe_dispatch.build_route, moe_dispatch.Config(), device)
+    push = common.load(moe_dispatch.build, moe_dispatch.Config(), device)
+    assert route.name != push.name and len(loaded) == 2
