@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from . import nccl
-from .common import GPU_ONLY_NS, report, sharing
+from .common import checked_ms, report, sharing
 from .progress import progress
 
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     import ml_dtypes
 
     import pkptx
-    from ..launch import Device, Stream, SymmetricHeap, World, from_numpy, time_cuda
+    from ..launch import Device, Stream, SymmetricHeap, World, from_numpy
     world = World()
     ordinal = world.device_ordinal()
     Device(ordinal).set_current()
@@ -48,9 +48,7 @@ def main(argv=None) -> int:
     rows = []
 
     def timed(fn):
-        t = time_cuda(fn, stream=stream, warmup=2, repeats=args.repeats, hold_ns=GPU_ONLY_NS).median_ms
-        pkptx.synchronize(stream)
-        return t
+        return checked_ms(fn, stream, repeats=args.repeats)
 
     def rel(x, y):
         x, y = x.astype(np.float64), y.astype(np.float64)

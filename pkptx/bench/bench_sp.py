@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from .common import GPU_ONLY_NS, report, sharing
+from .common import checked_ms, report, sharing
 from .progress import progress
 
 
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     import ml_dtypes
 
     import pkptx
-    from ..launch import Device, Stream, SymmetricHeap, World, empty, from_numpy, time_cuda
+    from ..launch import Device, Stream, SymmetricHeap, World, empty, from_numpy
     world = World()
     Device(world.device_ordinal()).set_current()
     stream, w, bf16, d = Stream(), world.size, ml_dtypes.bfloat16, 128
@@ -48,9 +48,7 @@ def main(argv=None) -> int:
     rows = []
 
     def timed(fn):
-        t = time_cuda(fn, stream=stream, warmup=2, repeats=args.repeats, hold_ns=GPU_ONLY_NS).median_ms
-        pkptx.synchronize(stream)
-        return t
+        return checked_ms(fn, stream, repeats=args.repeats)
 
     def rand(*shape):
         return rng.standard_normal(shape, dtype=np.float32).astype(bf16)

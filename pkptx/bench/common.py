@@ -60,6 +60,15 @@ def host_us_interleaved(fns, calls: int = 5000, rounds: int = 9, device: Device 
 GPU_ONLY_NS = 200_000    # GPU spin before each timed repeat: hides up to 200 us of host time per call
 
 
+def checked_ms(fn, stream, *, repeats: int, warmup: int = 2) -> float:
+    """Median CUDA-event time of ``fn()`` in ms, then ``pkptx.synchronize(stream)``: a device wait that
+    timed out during the repeats raises here instead of passing as a fast row (the multi-rank benches)."""
+    from .. import synchronize
+    t = event_ms(fn, stream, repeats=repeats, warmup=warmup)
+    synchronize(stream)
+    return t
+
+
 def event_ms(fn, stream, *, repeats: int = 20, warmup: int = 3, flush_l2: bool = False,
              hold_ns: int = GPU_ONLY_NS) -> float:
     """Median CUDA-event time of ``fn()`` (queued on ``stream``), in ms."""
