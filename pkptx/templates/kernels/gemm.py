@@ -108,6 +108,29 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
 
+def load_k_block(ctx, cfg: Config, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
+    """The loader lane's work for k-block ``kb``: wait for a free stage, announce its bytes, TMA-load A's
+    rows from ``row`` and B's from ``col`` (``b_extra``: B's further coordinates, e.g. the expert of a
+    grouped GEMM), then advance the ring counter ``it``."""
+    b = ctx.b
+    stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
+    wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
+                name="wait_free")
+    full = ctx.rings["full"].bar(b, stage)
+    b.mbarrier_arrive_expect_tx(full, cfg.a_bytes + cfg.b_bytes)
+    k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
+    a_dst = b.mad(u32, stage, cfg.a_bytes, ctx.smem["smem_a"], mode="lo", name="a_dst")
+    b_dst = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_dst")
+    b.tensor_load(address(a_dst), tmap_a, (k0, row), full)
+    if cfg.b_layout == "nk":
+        b.tensor_load(address(b_dst), tmap_b, (k0, col, *b_extra), full)
+    else:       # 64-column boxes of 64 K-rows, side by side
+        for box in range(cfg.tile_n // BOX_COLS):
+            b.tensor_load(address(b_dst, box * TILE_K * 128), tmap_b,
+                          (b.add(u32, col, box * BOX_COLS), k0, *b_extra), full)
+    b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
+
 def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
     """The GEMM's roles for ``Template.build``. Hooks for the fused kernels: ``tile(ctx, task)`` gives
     (tile_m, tile_n) (default: the grouped order), ``before_a(ctx, tile_m)`` runs on the loader lane
@@ -140,22 +163,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
             tmap_a, tmap_b = tensor_map_param(b, "tmap_a"), tensor_map_param(b, "tmap_b")
             row, col = b.mul(u32, tm, cfg.tile_m, mode="lo"), b.mul(u32, tn, cfg.tile_n, mode="lo")
             for kb in b.range(kb_first, kb_end, name="kb"):
-                stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
-                            name="wait_free")
-                full = ctx.rings["full"].bar(b, stage)
-                b.mbarrier_arrive_expect_tx(full, cfg.a_bytes + cfg.b_bytes)
-                k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
-                a_dst = b.mad(u32, stage, cfg.a_bytes, ctx.smem["smem_a"], mode="lo", name="a_dst")
-                b_dst = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_dst")
-                b.tensor_load(address(a_dst), tmap_a, (k0, row), full)
-                if cfg.b_layout == "nk":
-                    b.tensor_load(address(b_dst), tmap_b, (k0, col), full)
-                else:       # 64-column boxes of 64 K-rows, side by side
-                    for box in range(cfg.tile_n // BOX_COLS):
-                        b.tensor_load(address(b_dst, box * TILE_K * 128), tmap_b,
-                                      (b.add(u32, col, box * BOX_COLS), k0), full)
-                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                load_k_block(ctx, cfg, kb, tmap_a, tmap_b, row, col)
 
     def consumer(ctx, task):
         """Each warpgroup multiplies its 64 rows of the tile over the unit's k-blocks, then stores them

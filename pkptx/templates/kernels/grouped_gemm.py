@@ -29,10 +29,9 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, address, b32, f32, s32, u32, u64
-from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..gemm_parts import BOX_COLS, TILE_K, stage_accumulators, stage_of, tile_of
+from ..gemm_parts import stage_accumulators, tile_of
 from ..lcsc import Buffer
 from . import gemm
 
@@ -178,22 +177,7 @@ def roles(cfg: Config, *, before_a=None) -> dict:
             row, expert = ctx.param("row0"), ctx.param("group")
             col = b.mul(u32, tn, g.tile_n, mode="lo")
             for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
-                stage, phase = stage_of(b, ctx.param("it"), g.stages)
-                wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
-                            name="wait_free")
-                full = ctx.rings["full"].bar(b, stage)
-                b.mbarrier_arrive_expect_tx(full, g.a_bytes + g.b_bytes)
-                k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
-                a_dst = b.mad(u32, stage, g.a_bytes, ctx.smem["smem_a"], mode="lo", name="a_dst")
-                b_dst = b.mad(u32, stage, g.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_dst")
-                b.tensor_load(address(a_dst), tmap_a, (k0, row), full)
-                if g.b_layout == "nk":
-                    b.tensor_load(address(b_dst), tmap_b, (k0, col, expert), full)
-                else:
-                    for box in range(g.tile_n // BOX_COLS):
-                        b.tensor_load(address(b_dst, box * TILE_K * 128), tmap_b,
-                                      (b.add(u32, col, box * BOX_COLS), k0, expert), full)
-                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                gemm.load_k_block(ctx, g, kb, tmap_a, tmap_b, row, col, expert)
 
     return dict(parts, prologue=prologue, loader=loader)
 
