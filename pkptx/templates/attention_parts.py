@@ -85,17 +85,20 @@ def mask_columns(b: Builder, acc, n: int, limits) -> None:
         b.selp(f32, acc[reg], NEG_INF, ok, into=acc[reg])
 
 
-def online_softmax(b: Builder, s_acc, o_acc, *, n: int, d: int, scale_log2: Reg, row_max, row_sum) -> None:
+def online_softmax(b: Builder, s_acc, o_acc, *, n: int, d: int, scale_log2: Reg, row_max, row_sum) -> list:
     """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
     ``o_acc`` is rescaled by 2^(m_old - m), ``row_max`` (in scaled log2 units) and the lane's partial
     ``row_sum`` are updated (the sum is completed across the quad only at the end). A row with no
     unmasked key so far keeps m = -inf and uses 0 in its place, so its P and rescale are 0, not NaN.
+    ``o_acc=None`` leaves O alone (a P·V product may still be accumulating into it): the caller
+    rescales it later with :func:`rescale` and the returned per-row corrections.
 
     PTX per row: a ``max.f32`` tree, :func:`quad_reduce`, ``mul.f32``/``max.f32`` for m,
     ``setp.eq.f32``/``selp.f32`` for the -inf guard, ``ex2.approx.ftz.f32`` of ``m_old - m``, then per
     score ``fma.rn.f32 x, s, c, -m; ex2.approx.ftz.f32 s, x;``, an ``add.f32`` tree, ``fma.rn.f32`` of
     the sum and ``mul.f32`` of each output accumulator by the correction.
     """
+    corrections = []
     for half in (0, 1):
         scores = half_regs(s_acc, n, half)
         block_max = quad_reduce(b, "max", tree(b, "max", scores, name="blk_max"), name="blk_max")
@@ -108,9 +111,18 @@ def online_softmax(b: Builder, s_acc, o_acc, *, n: int, d: int, scale_log2: Reg,
             b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), ftz=True, into=s)
         total = tree(b, "add", scores, name="blk_sum")
         b.fma(f32, row_sum[half], correction, total, rnd="rn", into=row_sum[half])
-        for o in half_regs(o_acc, d, half):
-            b.mul(f32, o, correction, into=o)
         b.mov(f32, new_max, into=row_max[half])
+        corrections.append(correction)
+    if o_acc is not None:
+        rescale(b, o_acc, d, corrections)
+    return corrections
+
+
+def rescale(b: Builder, o_acc, d: int, corrections) -> None:
+    """O's two rows times their corrections. PTX: ``mul.f32 o, o, c;`` per accumulator."""
+    for half in (0, 1):
+        for o in half_regs(o_acc, d, half):
+            b.mul(f32, o, corrections[half], into=o)
 
 
 def p_operand_pairs(n: int):
@@ -118,13 +130,20 @@ def p_operand_pairs(n: int):
     return [[(8 * t + 2 * j, 8 * t + 2 * j + 1) for j in range(4)] for t in range(n // K_STEP)]
 
 
-def p_operand(b: Builder, s_acc, n: int, dtype: str) -> list:
-    """P as wgmma A operands: per k16 step, 4 packed registers.
+def p_operand(b: Builder, s_acc, n: int, dtype: str, *, into: list | None = None) -> list:
+    """P as wgmma A operands: per k16 step, 4 packed registers (written into ``into``'s when given:
+    registers that carry P from one loop iteration to the next).
 
     PTX per register: ``cvt.rn.<dtype>x2.f32 a, s_high, s_low;`` (the high half is the first source).
     """
-    return [Vec(tuple(b.cvt(f"{dtype}x2", f32, s_acc[hi], s_acc[lo], rnd="rn", name="p")
-                      for lo, hi in step)) for step in p_operand_pairs(n)]
+    pairs = p_operand_pairs(n)
+    if into is None:
+        return [Vec(tuple(b.cvt(f"{dtype}x2", f32, s_acc[hi], s_acc[lo], rnd="rn", name="p")
+                          for lo, hi in step)) for step in pairs]
+    for step, regs in zip(pairs, into):
+        for (lo, hi), reg in zip(step, regs.items):
+            b.cvt(f"{dtype}x2", f32, s_acc[hi], s_acc[lo], rnd="rn", into=reg)
+    return into
 
 
 def pv_block(b: Builder, o_acc, p_regs: list, v_tile: Reg, *, n: int, d: int, dtype: str) -> None:

@@ -2,7 +2,9 @@
 one loader warp TMA-loads Q, K and V into 128-byte-swizzled shared memory on mbarrier rings; each
 consumer warpgroup owns 64 query rows of a block, computes S = Q·Kᵀ with wgmma from shared memory,
 runs the online softmax in registers with exp2 (scale·log2(e) folded in), and accumulates O += P·V with
-P from registers as wgmma's A operand. Q has two buffers, so the loader fetches the next task's Q
+P from registers as wgmma's A operand. The products of consecutive K/V blocks overlap: block j's
+Q·Kᵀ is issued before block j-1's P·V, and block j's softmax runs while that P·V is in flight
+(FlashAttention-3's intra-warpgroup overlap). Q has two buffers, so the loader fetches the next task's Q
 while the consumers finish the current one. A persistent grid walks (batch, head, query block) tasks:
 head by head for full attention (blocks of one head run together and share K/V in L2); for causal
 attention query block by query block, the longest first, so the static stride hands every block a mix
@@ -25,12 +27,13 @@ from typing import Callable
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Reg, address, b8, f32, s32, u32, u64
+from ...isa import Param, Reg, Vec, address, b8, b32, f32, s32, u32, u64
 from ...primitives import wait_parity
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..attention_parts import (BOX_COLS, BOX_ROWS, LN2, NEG_INF, ROWS, half_regs, k_box_offset, mask_columns,
-                               online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, v_box_offset)
+from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, half_regs, k_box_offset,
+                               mask_columns, online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, rescale,
+                               v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators, stage_of
 from ..lcsc import Buffer, Ring, Template
 
@@ -258,37 +261,71 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             b.mov(f32, 0.0, into=o)
         scale_log2 = ctx.param("scale_log2")
 
+        def ring_slot(name, it):
+            stage, phase = stage_of(b, it, cfg.stages)
+            return stage, phase, b.mad(u32, stage, cfg.kv_bytes, ctx.smem[name], mode="lo", name=f"{name}_tile")
+
+        def scores(s_acc, it):
+            """Issue S = Q·Kᵀ for the K block in ring slot ``it`` (committed, not waited)."""
+            stage, phase, k_tile = ring_slot("smem_k", it)
+            wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=deadline, abandon=True, name="wait_k")
+            for db in range(d_boxes):
+                mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
+                            b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
+                            n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+
+        def values(p_regs):
+            """Issue O += P·V for the V block in ring slot ``it``; returns the slot's stage."""
+            stage, phase, v_tile = ring_slot("smem_v", ctx.param("it"))
+            wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=deadline, abandon=True, name="wait_v")
+            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
+            return stage
+
+        def release(stage):
+            b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
+            b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+
         def run(keys: Keys):
+            """The run's K/V blocks, software-pipelined: block j's Q·Kᵀ is issued before block j-1's P·V
+            and its softmax runs while that product is in flight; O is rescaled only once the product
+            is done (wgmma groups complete in order)."""
             def key_limit(row):
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
             wg_limit = key_limit(wg_row)
             row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
-            for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
-                stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=deadline, abandon=True,
-                            name="wait_k")
-                s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                k_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_k"], mode="lo", name="k_tile")
-                for db in range(d_boxes):
-                    mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
-                                b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
-                                n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
-                b.wgmma_wait_group(0)
+
+            def softmax(j, s_acc):
+                """Mask block j's scores where it crosses a row's last key, then the online softmax
+                (O left alone: returns the rows' corrections)."""
                 key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
                 partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
                 with b.if_then(partial, uniform=True):
                     mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
-                online_softmax(b, s_acc, o_acc, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
-                               row_max=row_max, row_sum=row_sum)
-                p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
-                wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=deadline, abandon=True,
-                            name="wait_v")
-                v_tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem["smem_v"], mode="lo", name="v_tile")
-                pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
+                return online_softmax(b, s_acc, None, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
+                                      row_max=row_max, row_sum=row_sum)
+
+            blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+            with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
+                p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
+                s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                scores(s_acc, ctx.param("it"))
                 b.wgmma_wait_group(0)
-                b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
-                b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
+                p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
+                for j in b.range(1, blocks, name="kv"):
+                    s_next = b.regs(f32, cfg.block_k // 2, name="s")
+                    scores(s_next, b.add(u32, ctx.param("it"), 1, name="it_next"))
+                    stage = values(p_regs)
+                    b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
+                    corrections = softmax(j, s_next)
+                    b.wgmma_wait_group(0)
+                    release(stage)
+                    rescale(b, o_acc, cfg.head_dim, corrections)
+                    p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
+                stage = values(p_regs)
+                b.wgmma_wait_group(0)
+                release(stage)
 
         plan.keys(ctx, t, run, loader=False)
         b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, q_stage), pred=lane0)
@@ -352,14 +389,14 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
 
 
 def default_config(dtype: str, head_dim: int) -> Config:
-    """The configuration the op launches: without setmaxnreg a consumer has 65536 / threads registers, so
-    D=128 (64 accumulators each for S and O) fits 2 consumer warpgroups (168 registers) and D=64 fits 3
-    (128 registers; a second Q buffer does not fit there), both without spills. (A Q·Kᵀ / P·V
-    software pipeline on 232 registers through setmaxnreg, ``rebalance``, measured slower on the H200:
-    bench/RESULTS.md, 2026-12-03.)"""
+    """The configuration the op launches: two consumer warpgroups of 64 query rows. A consumer holds S
+    of the next block, O and P at once (:func:`roles`): at D=64 that fits the 168 registers a thread of
+    384 gets; at D=128 it needs setmaxnreg, which moves the loader warpgroup's registers to the
+    consumers (232 each; the kernel is then loaded through the driver's JIT, see Kernel.compile). With
+    a second Q buffer the H200's JIT spilled 144 bytes there, so D=128 has one."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=2)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1, rebalance=True)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=2)
 
 
 def catalog():
