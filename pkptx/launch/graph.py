@@ -12,7 +12,9 @@ their captured launches replay correctly any number of times; call each op once 
 first call builds a plan: kernels, flags, scratch, which a capture forbids). Captures work on any
 stream of your own, blocking or not, and on a framework's (``torch.cuda.graph``: pass
 ``stream=torch.cuda.current_stream()`` to the ops inside it). Frees of pkptx arrays on a capturing
-stream wait until the capture ends.
+stream wait until the capture ends, and so does the destruction of a Graph dropped while any capture is
+open: ``with capture(s) as cap:`` rebinds ``cap`` after the capture has begun, so the previous graph goes
+then, and destroying an executable graph inside a capture invalidates it.
 """
 from __future__ import annotations
 
@@ -24,6 +26,25 @@ from .driver import call, driver
 from .pool import flush_deferred_frees
 
 _MODES = ("global", "thread_local", "relaxed")
+_open_captures = 0                   # captures begun by capture() and not yet ended, in this process
+_doomed: list[tuple] = []            # (executable, graph) dropped while a capture was open
+
+
+def _destroy(executable, graph) -> None:
+    if _open_captures:
+        _doomed.append((executable, graph))
+        return
+    release("cuGraphExecDestroy", executable)
+    release("cuGraphDestroy", graph)
+
+
+def _destroy_doomed() -> None:
+    """Destroy the graphs dropped during captures, once none is open."""
+    global _doomed
+    if not _open_captures:
+        doomed, _doomed = _doomed, []
+        for executable, graph in doomed:
+            _destroy(executable, graph)
 
 
 class Graph:
@@ -43,8 +64,7 @@ class Graph:
     def __del__(self):
         if getattr(self, "_exec", None) is not None:
             executable, graph, self._exec, self._graph = self._exec, self._graph, None, None
-            release("cuGraphExecDestroy", executable)
-            release("cuGraphDestroy", graph)
+            _destroy(executable, graph)
 
 
 class Capture:
@@ -65,8 +85,10 @@ def capture(stream: Stream, mode: str = "thread_local"):
                           "Stream() of your own")
     if mode not in _MODES:
         raise LaunchError(f"capture(mode={mode!r}): expected one of {', '.join(_MODES)}")
+    global _open_captures
     cu = driver()
     call("cuStreamBeginCapture", s.cu, getattr(cu.CUstreamCaptureMode, f"CU_STREAM_CAPTURE_MODE_{mode.upper()}"))
+    _open_captures += 1
     holder = Capture()
     try:
         yield holder
@@ -75,12 +97,22 @@ def capture(stream: Stream, mode: str = "thread_local"):
             release("cuGraphDestroy", call("cuStreamEndCapture", s.cu))
         except CudaError:
             pass                               # the capture was invalidated by that error
-        flush_deferred_frees()
+        _captures_ended()
         raise
-    graph = call("cuStreamEndCapture", s.cu)
-    flush_deferred_frees()
+    try:
+        graph = call("cuStreamEndCapture", s.cu)
+    finally:
+        _captures_ended()
     try:
         holder.graph = Graph(graph, call("cuGraphInstantiate", graph, 0))
     except BaseException:
         release("cuGraphDestroy", graph)
         raise
+
+
+def _captures_ended() -> None:
+    """One capture ended: run what waited for it (frees, graph destruction)."""
+    global _open_captures
+    _open_captures -= 1
+    flush_deferred_frees()
+    _destroy_doomed()

@@ -32,7 +32,8 @@ ATTRIBUTES = {A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9, A.CU_DEVICE_ATT
               A.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: 1, A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20}
 FORBIDDEN_IN_CAPTURE = {"cuCtxSynchronize", "cuStreamSynchronize", "cuStreamQuery", "cuEventQuery",
                         "cuEventSynchronize", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD32", "cuMemAlloc",
-                        "cuMemFree", "cuModuleLoadData", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"}
+                        "cuMemFree", "cuModuleLoadData", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
+                        "cuGraphExecDestroy", "cuGraphDestroy"}   # seen on the H200: a capture was invalidated
 SAFE_IN_CAPTURE = {"cuLaunchKernelEx", "cuStreamIsCapturing", "cuCtxGetCurrent", "cuCtxGetDevice",
                    "cuMemsetD32Async", "cuMemsetD16Async", "cuMemsetD8Async"}
 

@@ -57,6 +57,22 @@ def test_100_captured_launches_of_a_plain_kernel_make_only_launches(fake):
     assert fake.graph_launches == 3
 
 
+def test_a_graph_dropped_when_the_next_capture_rebinds_it_waits(fake):
+    """``with capture(s) as cap`` in a loop: ``cap`` is rebound after the capture began, so the previous
+    graph is dropped inside it; its destruction waits for the capture's end (on the H200 it invalidated
+    every second capture)."""
+    k = Kernel.load(K.axpy("float32").compile())
+    stream = Stream(non_blocking=True)
+    x, y = empty(256, "float32", stream=stream), empty(256, "float32", stream=stream)
+    for _ in range(3):
+        with capture(stream) as cap:
+            k[1, 256](y, x, y, 1.0, 256, stream=stream)
+        cap.graph.replay(2, stream)
+    assert fake.unsafe == []
+    assert fake.calls.count("cuGraphExecDestroy") == 2 == fake.calls.count("cuGraphDestroy")
+    assert fake.graph_launches == 6
+
+
 def test_a_free_inside_the_capture_would_have_invalidated_it(fake):
     """The fake enforces the driver's rule: the same free, not deferred, breaks the capture."""
     stream = Stream(non_blocking=True)
