@@ -17,7 +17,8 @@ from tests.helpers.assemble import consumer_budget_log
 
 LAUNCHED = [kernel.default_config(dtype, d) for dtype in ("bf16", "f16") for d in (64, 128)]
 MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
-        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True)]
+        kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True),
+        kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True)]
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
@@ -28,7 +29,7 @@ def test_attention_assembles_without_spills(cfg):
     assert "C75" not in cubin.log, cubin.log       # no serialised wgmma, no ignored setmaxnreg
 
 
-@pytest.mark.parametrize("cfg", [c for c in LAUNCHED if c.rebalance], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [c for c in LAUNCHED + MORE if c.rebalance], ids=lambda c: c.name)
 def test_rebalanced_kernels_load_from_ptx(cfg):
     compiled = kernel.build(cfg).compile(use_cache=False)
     assert compiled.jit and compiled.manifest()["load"] == "ptx" and "setmaxnreg.inc" in compiled.ptx
@@ -50,13 +51,16 @@ def test_catalogued():
     assert [k.name for k in kernel.catalog()] == [kernel.build(c).name for c in LAUNCHED]
 
 
-def test_ptx_forms_and_determinism():
-    cfg = kernel.default_config("bf16", 128)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_ptx_forms_and_determinism(overlap):
+    cfg = dataclasses.replace(kernel.default_config("bf16", 128), overlap=overlap, rebalance=overlap,
+                              q_stages=1 if overlap else 2)
     ptx = kernel.build(cfg).render()
     assert ptx == kernel.build(cfg).render()
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
     pv = [line for line in ptx.splitlines() if "wgmma.mma_async" in line and ", 1, 1, 1;" in line]
-    assert len(pv) == 2 * cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V, in the loop and after it"
+    copies = 2 if overlap else 1         # the overlapped loop issues the last block's P·V after the loop
+    assert len(pv) == copies * cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V"
     for form in ("ex2.approx.ftz.f32", "shfl.sync.bfly.b32", "cvt.rn.bf16x2.f32",
                  "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "cp.async.bulk.tensor.4d.global.shared::cta"):
         assert form in ptx, form

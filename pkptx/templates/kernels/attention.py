@@ -50,6 +50,7 @@ class Config:
     stages: int = 2
     q_stages: int = 2            # Q buffers: the next task's Q loads while this one runs
     rebalance: bool = False      # setmaxnreg: the loader warpgroup's registers go to the consumers
+    overlap: bool = False        # block j's Q·Kᵀ issued before block j-1's P·V (FlashAttention-3's overlap)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -88,7 +89,7 @@ class Config:
     @property
     def name(self) -> str:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
-                f"_q{self.q_stages}" + ("_r" if self.rebalance else ""))
+                f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -286,9 +287,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
 
         def run(keys: Keys):
-            """The run's K/V blocks, software-pipelined: block j's Q·Kᵀ is issued before block j-1's P·V
-            and its softmax runs while that product is in flight; O is rescaled only once the product
-            is done (wgmma groups complete in order)."""
+            """The run's K/V blocks, one after the other, or (``overlap``) software-pipelined: block j's
+            Q·Kᵀ is issued before block j-1's P·V and its softmax runs while that product is in flight;
+            O is rescaled only once the product is done (wgmma groups complete in order)."""
             def key_limit(row):
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
@@ -306,6 +307,16 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                                       row_max=row_max, row_sum=row_sum)
 
             blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+            if not cfg.overlap:
+                for j in b.range(0, blocks, name="kv"):
+                    s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                    scores(s_acc, ctx.param("it"))
+                    b.wgmma_wait_group(0)
+                    rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
+                    stage = values(p_operand(b, s_acc, cfg.block_k, cfg.dtype))
+                    b.wgmma_wait_group(0)
+                    release(stage)
+                return
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
                 s_acc = b.regs(f32, cfg.block_k // 2, name="s")
@@ -389,14 +400,14 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
 
 
 def default_config(dtype: str, head_dim: int) -> Config:
-    """The configuration the op launches: two consumer warpgroups of 64 query rows. A consumer holds S
-    of the next block, O and P at once (:func:`roles`): at D=64 that fits the 168 registers a thread of
-    384 gets; at D=128 it needs setmaxnreg, which moves the loader warpgroup's registers to the
-    consumers (232 each; the kernel is then loaded through the driver's JIT, see Kernel.compile). With
-    a second Q buffer the H200's JIT spilled 144 bytes there, so D=128 has one."""
+    """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-03): the plain
+    loop, 2 consumer warpgroups at D=128 (168 registers a thread, no spills) and 3 at D=64 (128). The
+    ``overlap`` loop holds S of the next block, O and P at once, so at D=128 it needs setmaxnreg
+    (``rebalance``: 232 registers a consumer thread, loaded through the driver's JIT) and one Q buffer;
+    it measured slower at every shape."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1, rebalance=True)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=2)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=2)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
 
 
 def catalog():
