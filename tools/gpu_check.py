@@ -67,8 +67,14 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
                                                          "--record", "--max-bytes", str(1 << top)], 150, share(n))
     fused = lambda n, sizes: (f"bench_fused -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_fused", "--record",  # noqa
                                                       "--sizes", "2048" if quick else sizes], 200, share(n))
+    short = ["--ring-lengths", "3072", "--ulysses-lengths", "3072"] if quick else []
+    sp = lambda n: (f"bench_sp -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_sp", "--record", *short],  # noqa
+                    300, share(n))
+    moe = lambda n: (f"bench_moe -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_moe", "--record",  # noqa
+                                           "--no-grouped", *q], 300, share(n))
     multi = ([coll(2, 20 if quick else 28), coll(4, 20 if quick else 28), fused(2, "2048,4096,8192"),
-              fused(4, "2048,4096,8192")] if mps else [coll(4, 20 if quick else 24), fused(2, "2048,4096")])
+              fused(4, "2048,4096,8192"), sp(2), sp(4), moe(2), moe(4)] if mps
+             else [coll(4, 20 if quick else 24), fused(2, "2048,4096")])
     return [("doctor", [sys.executable, "-m", "pkptx", "doctor"], 120, {}),
             ("bench_attention", [sys.executable, "-m", "pkptx.bench.bench_attention", "--record", *q], 300, {}),
             ("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
@@ -77,6 +83,7 @@ def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
             ("bench_gemm_quick", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm_quick"),
                                   "--record", "--quick"], 120, {}),
             ("bench_tma", [sys.executable, "-m", "pkptx.bench.bench_tma", "--record", *q], 100, {}),
+            ("bench_moe", [sys.executable, "-m", "pkptx.bench.bench_moe", "--record", *q], 200, {}),
             coll(1, 24 if quick else 28), fused(1, "2048,4096,8192,16384"), *multi]
 
 

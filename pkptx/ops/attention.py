@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 
-from ..launch import Device, empty, from_dlpack
+from ..launch import Device, LaunchConfig, empty
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.status import device_status, device_timeout_ns
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS
 from ..templates.kernels import attention as kernel
 from ..templates.kernels import attention_merge as merge_kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
-from .gemm import _tensor_map
+from .launches import array, cached, launch_key, stream_handle, tensor_map
 
 HEAD_DIMS = (64, 128)
 BOX = (1, BOX_ROWS, 1, BOX_COLS)          # one 64-row x 64-column TMA box of one (batch, head)
@@ -35,14 +35,7 @@ def grid_size(kernel, threads: int, smem: int, tasks: int) -> int:
 
 
 def _device_array(x, op: str, name: str) -> DeviceArray:
-    if isinstance(x, DeviceArray):
-        arr = x
-    else:
-        try:
-            arr = from_dlpack(x)
-        except Exception as exc:
-            raise AttentionArgumentError(f"{op}: {name} must be a DeviceArray or a DLPack device array, got "
-                                         f"{type(x).__name__}") from exc
+    arr = array(x, op, name, AttentionArgumentError)
     if not arr.is_contiguous or arr.ptr % 16:
         raise AttentionArgumentError(f"{op}: {name} must be C-contiguous and 16-byte aligned")
     return arr
@@ -99,34 +92,44 @@ def _shape_dtype(arr):
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None, lse=None, stream=None,
-              config: kernel.Config | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+              config: kernel.Config | None = None, timeout_ns: int | None = None, timeout: float | None = None):
     """softmax(scale·Q·Kᵀ [+ causal mask, aligned bottom-right]) · V per (batch, head); returns ``out``
-    (allocated like q when None) and writes the per-row log-sum-exp into ``lse`` when it is given."""
-    q, k, v = (_device_array(x, "attention", n) for n, x in (("q", q), ("k", k), ("v", v)))
-    out, lse = _optional(out, "attention", "out"), _optional(lse, "attention", "lse")
+    (the caller's object; allocated like q when None) and writes the per-row log-sum-exp into ``lse``
+    when it is given. A repeated call with the same operands launches what the first prepared."""
+    if out is None:
+        q_arr = _device_array(q, "attention", "q")
+        out = empty(q_arr.shape, q_arr.dtype, stream=stream)
+    key = launch_key("attention", (q, k, v, out, lse),
+                     (causal, scale, config, timeout_ns, timeout, stream_handle(stream)))
+    cached(key, lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))(stream)
+    return out
+
+
+def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
+    """The checked and packed launch of one attention call."""
+    q, k, v, out = (_device_array(x, "attention", n) for n, x in (("q", q), ("k", k), ("v", v), ("out", out)))
+    lse = _optional(lse, "attention", "lse")
     batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
-        q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, *_shape_dtype(out), *_shape_dtype(lse),
+        q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *_shape_dtype(lse),
         causal=causal, scale=scale)
     cfg = config or kernel.default_config(dtype_name(q.dtype), dim)
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")
-    if out is None:
-        out = empty(q.shape, q.dtype)
     device = Device.current()
     launchable = load(kernel.build, cfg, device)
     q_blocks = -(-seq_q // cfg.rows)
     tasks = batch * heads * q_blocks
     scale = dim ** -0.5 if scale is None else float(scale)
     args = ordered_args(launchable, dict(
-        tmap_q=_tensor_map(q, BOX), tmap_k=_tensor_map(k, BOX), tmap_v=_tensor_map(v, BOX),
-        tmap_o=_tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
+        tmap_q=tensor_map(q, BOX), tmap_k=tensor_map(k, BOX), tmap_v=tensor_map(v, BOX),
+        tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
         scale_log2=scale * math.log2(math.e), by_query_block=int(causal), rank=0, world=1, status=device_status(device).ptr,
-        timeout_ns=timeout_ns, num_comm_sms=0))
+        timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0))
     threads = 128 * (1 + cfg.consumers)
-    launchable[grid_size(launchable, threads, cfg.smem_bytes, tasks), threads, cfg.smem_bytes](*args, stream=stream)
-    return out
+    grid = grid_size(launchable, threads, cfg.smem_bytes, tasks)
+    return launchable.prepare(LaunchConfig(grid, threads, dynamic_smem=cfg.smem_bytes), *args).launch
 
 
 def check_merge(out_a_shape, out_a_dtype, lse_a_shape, lse_a_dtype, out_b_shape, out_b_dtype, lse_b_shape,
@@ -151,28 +154,37 @@ def check_merge(out_a_shape, out_a_dtype, lse_a_shape, lse_a_dtype, out_b_shape,
     return batch, seq, heads, dim
 
 
-def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=None) -> DeviceArray:
+def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=None):
     """Combine two partial attention results over disjoint key sets: returns ``out`` (allocated like
     out_a when None; it may be out_a itself) and writes the merged log-sum-exp into ``lse`` when given
     (a separate array: the threads of a row read lse_a and lse_b until the row is done)."""
     op = "attention_merge"
+    if out is None:
+        a = _device_array(out_a, op, "out_a")
+        out = empty(a.shape, a.dtype, stream=stream)
+    key = launch_key(op, (out_a, lse_a, out_b, lse_b, out, lse), (stream_handle(stream),))
+    cached(key, lambda: _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse))(stream)
+    return out
+
+
+def _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse):
+    op = "attention_merge"
     arrays = {n: _device_array(x, op, n) for n, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b),
-                                                       ("lse_b", lse_b))}
-    out, lse = _optional(out, op, "out"), _optional(lse, op, "lse")
-    batch, seq, heads, dim = check_merge(*(x for arr in arrays.values() for x in (arr.shape, arr.dtype)),
-                                         *_shape_dtype(out), *_shape_dtype(lse))
+                                                       ("lse_b", lse_b), ("out", out))}
+    lse = _optional(lse, op, "lse")
+    out = arrays["out"]
+    batch, seq, heads, dim = check_merge(*(x for name, arr in arrays.items() if name != "out"
+                                           for x in (arr.shape, arr.dtype)), out.shape, out.dtype, *_shape_dtype(lse))
     if lse is not None and lse.ptr in (arrays["lse_a"].ptr, arrays["lse_b"].ptr):
         raise AttentionArgumentError(f"{op}: lse must not be lse_a or lse_b (merge into a separate array)")
-    if out is None:
-        out = empty(arrays["out_a"].shape, arrays["out_a"].dtype)
     cfg = merge_kernel.Config(dtype=dtype_name(out.dtype))
     device = Device.current()
     vectors = batch * seq * heads * dim // merge_kernel.VALUES
     grid = max(1, min(-(-vectors // cfg.threads), context_sm_count(device) * MERGE_BLOCKS_PER_SM))
-    load(merge_kernel.build, cfg, device)[grid, cfg.threads](
-        out, arrays["out_a"], arrays["out_b"], lse.ptr if lse is not None else 0, arrays["lse_a"], arrays["lse_b"],
-        vectors, dim // merge_kernel.VALUES, heads, seq, stream=stream)
-    return out
+    return load(merge_kernel.build, cfg, device).prepare(
+        LaunchConfig(grid, cfg.threads), out.ptr, arrays["out_a"].ptr, arrays["out_b"].ptr,
+        lse.ptr if lse is not None else 0, arrays["lse_a"].ptr, arrays["lse_b"].ptr, vectors,
+        dim // merge_kernel.VALUES, heads, seq).launch
 
 
 __all__ = ["attention", "attention_merge", "check_attention", "check_merge", "grid_size", "AttentionArgumentError"]

@@ -29,14 +29,15 @@ from ..templates.kernels import gemm_ar as ar_kernel
 from ..templates.kernels import gemm_rs as rs_kernel
 from . import collectives
 from .common import ArgumentError, dtype_name, load
-from .gemm import _as_array, _tensor_map, check_shapes, choose_config, gemm
+from .gemm import GemmArgumentError, check_shapes, choose_config, gemm
+from .launches import array, tensor_map
 from .gemm_plan import all_reduce_comm_sms
 from .plan import HeapOps, Plan, heap_ops
 
 
 def _operand(x, name: str) -> DeviceArray:
     """A local operand: a DeviceArray, a DLPack array, or a SymmetricBuffer's local copy."""
-    return x.local if isinstance(x, SymmetricBuffer) else _as_array(x, name)
+    return x.local if isinstance(x, SymmetricBuffer) else array(x, "fused op", name, GemmArgumentError)
 
 
 def _ident(x: DeviceArray) -> tuple:
@@ -77,7 +78,7 @@ def _plan(a: DeviceArray, b: DeviceArray, out_dtype, b_layout: str, m: int, n: i
 
 
 def _gemm_args(cfg, a_map_source, b: DeviceArray, k: int, m: int, n: int) -> dict:
-    return dict(tmap_a=a_map_source, tmap_b=_tensor_map(b, cfg.b_box), k=k, tiles_m=-(-m // cfg.tile_m),
+    return dict(tmap_a=a_map_source, tmap_b=tensor_map(b, cfg.b_box), k=k, tiles_m=-(-m // cfg.tile_m),
                 tiles_n=-(-n // cfg.tile_n))
 
 
@@ -159,7 +160,7 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
         kernel = load(rs_kernel.build, cfg, state.device)
         c_maps = _peer_tensor_maps(out, out.shape, cfg.gemm.c_box)
         launch = _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=0, rows_per_rank=rows, c_tmaps=c_maps,
-                          **_gemm_args(cfg.gemm, _tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n))
+                          **_gemm_args(cfg.gemm, tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n))
         zero = out.local
         return (lambda s: zero.fill(0, stream=s), launch.launch)
 
@@ -198,8 +199,8 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
     def launch(ready: FlagArray):
         kernel = load(ag_kernel.build, cfg, state.device)
         return _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=num_comm_sms,
-                        **_gemm_args(cfg.gemm, _tensor_map(a_shard.local, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
-                        tmap_c=_tensor_map(out, cfg.gemm.c_box), rows_per_rank=m // world.size, row_bytes=k * 2,
+                        **_gemm_args(cfg.gemm, tensor_map(a_shard.local, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
+                        tmap_c=tensor_map(out, cfg.gemm.c_box), rows_per_rank=m // world.size, row_bytes=k * 2,
                         **state.layout_args("a", a_shard), **state.layout_args("ready", ready.buffer))
 
     _run_with_flags(state, "ag_gemm", ("ag_gemm", collectives._ident(a_shard), cfg, num_comm_sms, ns), stream,
@@ -241,8 +242,8 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
     def launch(done: FlagArray):
         kernel = load(ar_kernel.build, cfg, state.device)
         return _prepare(state, kernel, cfg.gemm, ns, num_comm_sms=num_comm_sms,
-                        **_gemm_args(cfg.gemm, _tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
-                        tmap_c=_tensor_map(out.local, cfg.gemm.c_box), m=m, n=n,
+                        **_gemm_args(cfg.gemm, tensor_map(a, (cfg.gemm.tile_m, TILE_K)), b, k, m, n),
+                        tmap_c=tensor_map(out.local, cfg.gemm.c_box), m=m, n=n,
                         **state.layout_args("c", out), **state.layout_args("done", done.buffer))
 
     slots = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n) * world.size * cfg.gemm.consumers

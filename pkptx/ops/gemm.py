@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PTXBuildError
-from ..launch import Device, TensorMap, as_dtype, empty, from_dlpack
+from ..launch import Device, LaunchConfig, empty
 from ..launch.array import DeviceArray
 from ..launch.device import as_stream
 from ..launch.occupancy import context_sm_count, persistent_grid
@@ -14,9 +14,7 @@ from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load, ordered_args
 from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
-
-_tmaps: dict = {}
-_TMAP_CACHE = 256
+from .launches import array, cached, launch_key, stream_handle, tensor_map
 
 
 class GemmArgumentError(ArgumentError):
@@ -24,25 +22,7 @@ class GemmArgumentError(ArgumentError):
 
 
 def _as_array(x, name: str) -> DeviceArray:
-    if isinstance(x, DeviceArray):
-        return x
-    try:
-        return from_dlpack(x)
-    except Exception as exc:
-        raise GemmArgumentError(f"gemm: {name} must be a DeviceArray or a DLPack device array, got "
-                                f"{type(x).__name__}") from exc
-
-
-def _tensor_map(arr: DeviceArray, box: tuple[int, int]) -> TensorMap:
-    """Tensor maps depend only on address, shape, strides, dtype and box: reuse them across calls
-    (encoding one costs a driver call, a large share of a small GEMM's host time)."""
-    key = (arr.ptr, arr.shape, arr.strides, str(arr.dtype), box)
-    tmap = _tmaps.get(key)
-    if tmap is None:
-        if len(_tmaps) >= _TMAP_CACHE:
-            _tmaps.pop(next(iter(_tmaps)))
-        tmap = _tmaps[key] = TensorMap.tiled(arr, box=box, swizzle=128)
-    return tmap
+    return array(x, "gemm", name, GemmArgumentError)
 
 
 def check_shapes(a_shape, a_dtype, b_shape, b_dtype, out_shape=None, out_dtype=None, *,
@@ -106,45 +86,52 @@ def _split_workspace(device: Device, stream, cfg: GemmConfig, m: int, n: int) ->
 
 
 def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfig | None = None,
-         timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
+         timeout_ns: int | None = None, timeout: float | None = None):
     """C = A·Bᵀ (``b_layout="nk"``: B is N x K) or C = A·B (``"kn"``: B is K x N) for row-major bf16/f16
-    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``.
-    ``config`` forces a schedule (:class:`GemmConfig`: tile, stages, K splits) instead of the model's.
-    Split-K results are deterministic: the same bits every run. ``timeout=`` (seconds; default
-    ``PKPTX_TIMEOUT_S`` or 60 s) bounds the kernel's waits."""
-    a, b = _as_array(a, "a"), _as_array(b, "b")
-    out = _as_array(out, "out") if out is not None else None
-    out_dtype = out.dtype if out is not None else a.dtype
-    m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, out.shape if out is not None else None, out_dtype,
-                           b_layout=b_layout)
-    for name, arr in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
+    A (M x K) and B; C (M x N) has A's dtype unless ``out`` (bf16, f16 or f32) is given. Returns ``out``
+    (the caller's object; a new DeviceArray when None). ``config`` forces a schedule
+    (:class:`GemmConfig`: tile, stages, K splits) instead of the model's. Split-K results are
+    deterministic: the same bits every run. ``timeout=`` (seconds; default ``PKPTX_TIMEOUT_S`` or 60 s)
+    bounds the kernel's waits. A repeated call with the same operands launches what the first prepared
+    (:mod:`.launches`)."""
+    if out is None:
+        a_arr, b_arr = _as_array(a, "a"), _as_array(b, "b")
+        m, n, _ = check_shapes(a_arr.shape, a_arr.dtype, b_arr.shape, b_arr.dtype, b_layout=b_layout)
+        out = empty((m, n), a_arr.dtype, stream=stream)
+    key = launch_key("gemm", (a, b, out), (b_layout, config, timeout_ns, timeout, stream_handle(stream)))
+    cached(key, lambda: _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout))(stream)
+    return out
+
+
+def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
+    """The checked, planned and packed launch of one gemm (:meth:`PreparedLaunch.launch`)."""
+    a, b, out = _as_array(a, "a"), _as_array(b, "b"), _as_array(out, "out")
+    m, n, k = check_shapes(a.shape, a.dtype, b.shape, b.dtype, out.shape, out.dtype, b_layout=b_layout)
+    for name, arr in (("a", a), ("b", b), ("out", out)):
         if not arr.is_contiguous:
             raise GemmArgumentError(f"gemm: {name} must be C-contiguous")
     device = Device.current()
-    names = dtype_name(a.dtype), dtype_name(out_dtype)
+    names = dtype_name(a.dtype), dtype_name(out.dtype)
     schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
                               smem_limit=device.smem_per_block_optin)
     cfg = check_config(schedule, m, n, k, *names, b_layout)
-    if out is None:
-        out = empty((m, n), as_dtype(out_dtype))
     launchable = load(kernel.build, cfg, device)
     tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
     threads = 128 * (1 + cfg.consumers)
     grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
-        tmap_a=_tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=_tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
+        tmap_a=tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
         tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "gemm: timeout"), num_comm_sms=0)
     if cfg.epilogue == "tma":
-        values.update(tmap_c=_tensor_map(out, cfg.c_box))
+        values.update(tmap_c=tensor_map(out, cfg.c_box))
     else:
         values.update(c=out.ptr, m=m, n=n)
-    if cfg.split_k:
+    if cfg.split_k:                      # the launch keeps its workspace (arrays, not addresses)
         partials, tickets = _split_workspace(device, stream, schedule, m, n)
-        values.update(splits=schedule.splits, split_ws=partials.ptr, split_tickets=tickets.ptr)
-    args = ordered_args(launchable, values)
-    launchable[grid, threads, cfg.smem_bytes](*args, stream=stream)
-    return out
+        values.update(splits=schedule.splits, split_ws=partials, split_tickets=tickets)
+    return launchable.prepare(LaunchConfig(grid, threads, dynamic_smem=cfg.smem_bytes),
+                              *ordered_args(launchable, values)).launch
 
 
 __all__ = ["gemm", "check_shapes", "check_config", "choose_config", "plan", "GemmConfig", "GemmArgumentError"]

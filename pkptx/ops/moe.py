@@ -11,13 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..launch import Device, as_dtype, empty
+from ..launch import Device, LaunchConfig, as_dtype, empty
 from ..launch.array import DeviceArray
 from ..launch.flags import FlagArray
 from ..launch.occupancy import context_sm_count, persistent_grid
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status
+from ..launch.status import DEFAULT_TIMEOUT_NS, device_status, device_timeout_ns
 from ..launch.symmetric import SymmetricBuffer, SymmetricHeap
-from ..launch.tensormap import TensorMap
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import grouped_gemm as grouped_kernel
 from ..templates.kernels import moe_combine as combine_kernel
@@ -25,11 +24,16 @@ from ..templates.kernels import moe_dispatch as dispatch_kernel
 from ..templates.kernels import moe_dispatch_gemm as fused_kernel
 from . import collectives
 from .common import ArgumentError, dtype_name, load, ordered_args
-from .gemm import _as_array, _tensor_map, choose_config
+from .gemm import choose_config
+from .launches import array, cached, launch_key, stream_handle, tensor_map
 
 
 class MoeArgumentError(ArgumentError):
     """A grouped_gemm or MoE argument of the wrong shape, dtype or value (raised before any GPU work)."""
+
+
+def _as_array(x, name: str) -> DeviceArray:
+    return array(x, "moe", name, MoeArgumentError)
 
 
 def _need(ok: bool, message: str) -> None:
@@ -86,44 +90,42 @@ def grouped_args(cfg: grouped_kernel.Config, x: DeviceArray, w: DeviceArray, off
     g = cfg.gemm
     tiles_m = -(-t // g.tile_m) + e          # every group adds at most one partial tile
     tiles_n = -(-n // g.tile_n)
-    values = dict(tmap_a=_tensor_map(x, (g.tile_m, TILE_K)), tmap_b=_weight_map(w, cfg.w_box),
-                  tmap_c=_tensor_map(out, g.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, offsets=offsets.ptr,
+    values = dict(tmap_a=tensor_map(x, (g.tile_m, TILE_K)), tmap_b=tensor_map(w, cfg.w_box),
+                  tmap_c=tensor_map(out, g.c_box), k=k, tiles_m=tiles_m, tiles_n=tiles_n, offsets=offsets.ptr,
                   groups=e, rows=t, n=n, out=out.ptr)
     return values, tiles_m * tiles_n
 
 
-_wmaps: dict = {}
-
-
-def _weight_map(w: DeviceArray, box) -> TensorMap:
-    """The 3-D map over the experts' weights (cached like the GEMM's 2-D maps)."""
-    key = (w.ptr, w.shape, str(w.dtype), box)
-    if key not in _wmaps:
-        if len(_wmaps) >= 64:
-            _wmaps.pop(next(iter(_wmaps)))
-        _wmaps[key] = TensorMap.tiled(w, box=box, swizzle=128)
-    return _wmaps[key]
-
-
 def grouped_gemm(x, w, offsets, *, out=None, w_layout: str = "nk", stream=None,
-                 config: grouped_kernel.Config | None = None, timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+                 config: grouped_kernel.Config | None = None, timeout_ns: int | None = None,
+                 timeout: float | None = None):
     """``out[offsets[g-1]:offsets[g]] = x[offsets[g-1]:offsets[g]] · w[g]ᵀ`` (``w_layout="nk"``: w is
     E x N x K) or ``· w[g]`` (``"kn"``: E x K x N) for every group g, in one launch; ``offsets`` (int32,
     E entries, on the GPU, non-decreasing) holds each group's end row, as torch._grouped_mm's ``offs``.
-    Rows past ``offsets[-1]`` are left as they were. Returns ``out`` (default: x's dtype)."""
-    x, w, offsets = _as_array(x, "x"), _as_array(w, "w"), _as_array(offsets, "offsets")
-    out = _as_array(out, "out") if out is not None else None
-    out_dtype = out.dtype if out is not None else x.dtype
-    t, n, k, e = check_grouped(x.shape, x.dtype, w.shape, w.dtype, offsets.shape, offsets.dtype,
-                               out.shape if out is not None else None, out_dtype, w_layout=w_layout)
-    for name, arr in (("x", x), ("w", w), ("offsets", offsets)) + ((("out", out),) if out is not None else ()):
-        _need(arr.is_contiguous, f"grouped_gemm: {name} must be C-contiguous")
+    Rows past ``offsets[-1]`` are left as they were. Returns ``out`` (the caller's object; default: a new
+    array of x's dtype). A repeated call with the same operands launches what the first prepared."""
     if out is None:
-        out = empty((t, n), as_dtype(out_dtype), stream=stream)
+        xa, wa, oa = _as_array(x, "x"), _as_array(w, "w"), _as_array(offsets, "offsets")
+        t, n, _, _ = check_grouped(xa.shape, xa.dtype, wa.shape, wa.dtype, oa.shape, oa.dtype, w_layout=w_layout)
+        out = empty((t, n), xa.dtype, stream=stream)
+    key = launch_key("grouped_gemm", (x, w, offsets, out),
+                     (w_layout, config, timeout_ns, timeout, stream_handle(stream)))
+    cached(key, lambda: _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout))(stream)
+    return out
+
+
+def _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout):
+    """The checked, planned and packed launch of one grouped GEMM (a no-op for no rows)."""
+    x, w, offsets, out = (_as_array(a, name) for name, a in (("x", x), ("w", w), ("offsets", offsets), ("out", out)))
+    t, n, k, e = check_grouped(x.shape, x.dtype, w.shape, w.dtype, offsets.shape, offsets.dtype, out.shape, out.dtype,
+                               w_layout=w_layout)
+    for name, arr in (("x", x), ("w", w), ("offsets", offsets), ("out", out)):
+        _need(arr.is_contiguous, f"grouped_gemm: {name} must be C-contiguous")
+    ns = device_timeout_ns(None, timeout, timeout_ns, "grouped_gemm: timeout")
     if t == 0:
-        return out
+        return lambda stream: None
     device = Device.current()
-    cfg = config or plan_grouped(t, n, k, e, dtype_name(x.dtype), dtype_name(out_dtype), w_layout,
+    cfg = config or plan_grouped(t, n, k, e, dtype_name(x.dtype), dtype_name(out.dtype), w_layout,
                                  sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
     _need(cfg.gemm.b_layout == w_layout and cfg.max_groups >= e,
           f"grouped_gemm: config {cfg.name} does not serve w_layout={w_layout!r} with {e} groups")
@@ -131,12 +133,9 @@ def grouped_gemm(x, w, offsets, *, out=None, w_layout: str = "nk", stream=None,
     values, work = grouped_args(cfg, x, w, offsets, out, t, n, k, e)
     threads = 128 * (1 + cfg.gemm.consumers)
     grid = persistent_grid(kernel, threads, cfg.gemm.smem_bytes, work=work)
-    args = ordered_args(kernel, dict(values, rank=0, world=1, status=device_status(device).ptr,
-                                     timeout_ns=timeout_ns, num_comm_sms=0))
-    kernel[grid, threads, cfg.gemm.smem_bytes](*args, stream=stream)
-    return out
-
-
+    args = ordered_args(kernel, dict(values, rank=0, world=1, status=device_status(device).ptr, timeout_ns=ns,
+                                     num_comm_sms=0))
+    return kernel.prepare(LaunchConfig(grid, threads, dynamic_smem=cfg.gemm.smem_bytes), *args).launch
 
 
 # ------------------------------------------------------------------------------------ expert parallelism

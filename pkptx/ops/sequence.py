@@ -33,7 +33,7 @@ from ..templates.kernels import ulysses as ulysses_kernel
 from . import collectives
 from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
 from .common import dtype_name, load
-from .gemm import _tensor_map
+from .launches import tensor_map
 
 _MASK32 = (1 << 32) - 1
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
@@ -222,7 +222,7 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
     state.launch(kernel, 128 * (1 + cfg.attention.consumers), stream, timeout_ns, smem=cfg.smem_bytes,
                  work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
-                 **{n: _tensor_map(a, BOX5) for n, a in maps.items()},
+                 **{n: tensor_map(a, BOX5) for n, a in maps.items()},
                  lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
                  q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
                  pieces=p["pieces"], row_bytes=p["row_bytes"], epoch=arrive.advance() & _MASK32,
@@ -288,8 +288,8 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     maps, tables = {}, {}
     for x, arr in (("q", q), ("k", k), ("v", v)):
         total, local, box_heads = heads_of[x]
-        maps[f"tmap_{x}"] = _tensor_map(_view(arr, (b, 1, s, total, d)), BOX5)
-        maps[f"tmap_{x}g_local"] = _tensor_map(_view(bufs[x].local, (b, w, s, local, d)), BOX5)
+        maps[f"tmap_{x}"] = tensor_map(_view(arr, (b, 1, s, total, d)), BOX5)
+        maps[f"tmap_{x}g_local"] = tensor_map(_view(bufs[x].local, (b, w, s, local, d)), BOX5)
         maps[f"tmap_{x}s"] = TensorMap.tiled(arr, box=(1, rows, box_heads, d), swizzle=None)
         tables[f"{x}g_tmaps"] = _map_table(bufs[x].peer_ptrs, q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
                                            None)

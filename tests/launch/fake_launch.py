@@ -17,7 +17,7 @@ import itertools
 from cuda.bindings import driver as cu
 
 from tests.launch.mpi_programs.fake_cuda import OK, FakeDriver
-from pkptx.ops import common, gemm, plan
+from pkptx.ops import common, launches, plan
 
 launch, module, occupancy, pool, status = (importlib.import_module(f"pkptx.launch.{name}") for name in
                                            ("launch", "module", "occupancy", "pool", "status"))
@@ -70,6 +70,12 @@ class LaunchFakeDriver(FakeDriver):
 
     def cuuint64_t(self, value):
         return self._saved["cuuint64_t"](value)
+
+    def cuuint32_t(self, value):
+        return self._saved["cuuint32_t"](value)
+
+    def cuTensorMapEncodeTiled(self, *args):
+        return OK, cu.CUtensorMap()          # 128 zero bytes: the fake launches nothing
 
     # ------------------------------------------------------------------- devices, modules
     def cuDeviceGetAttribute(self, attribute, device):
@@ -184,7 +190,7 @@ class LaunchFakeDriver(FakeDriver):
 
 
 CACHES = (common._loaded, launch._loaded, status._by_device, pool._default_pools, module._modules,
-          module._functions, occupancy._sm_counts, occupancy._per_sm, gemm._tmaps, plan._states)
+          module._functions, occupancy._sm_counts, occupancy._per_sm, launches._tensor_maps, launches._launches, plan._states)
 
 
 def forget_fake_handles() -> None:

@@ -140,21 +140,27 @@ class FakeLaunch:
         self.compiled = type("C", (), {"entry": factory(cfg).name})
         self.calls = []
 
-    def __getitem__(self, shape):
-        return lambda *args, stream=None: self.calls.append((shape, dict(zip(self.param_names, args))))
+    def prepare(self, config, *args):
+        shape = (config.grid[0], config.block[0]) + ((config.dynamic_smem,) if config.dynamic_smem else ())
+        return type("P", (), {"launch": lambda _, stream=None: self.calls.append(
+            (shape, dict(zip(self.param_names, args))))})()
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """The host path of the ops without a GPU: device, status words, tensor maps, allocation, loading."""
+    from collections import OrderedDict
+
     import pkptx.ops.attention as op
     from pkptx.launch.array import DeviceArray
+    from pkptx.ops import launches
     launched = {}
+    monkeypatch.setattr(launches, "_launches", OrderedDict())       # the arrays' addresses repeat across tests
     device = type("D", (), {"sm_count": 132, "ordinal": 0})()
     monkeypatch.setattr(op.Device, "current", staticmethod(lambda: device))
     monkeypatch.setattr(op, "device_status", lambda dev: type("S", (), {"ptr": 0x1000})())
-    monkeypatch.setattr(op, "_tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
-    monkeypatch.setattr(op, "empty", lambda shape, dtype: DeviceArray(0x900000, shape, dtype))
+    monkeypatch.setattr(op, "tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
+    monkeypatch.setattr(op, "empty", lambda shape, dtype, stream=None: DeviceArray(0x900000, shape, dtype))
     monkeypatch.setattr(op, "persistent_grid", lambda kernel, threads, smem, work: min(work, 132))
     monkeypatch.setattr(op, "context_sm_count", lambda dev=None: 132)
 
@@ -195,7 +201,7 @@ def test_merge_host_path(fake_gpu):
     out = pkptx.attention_merge(oa, la, ob, lb, lse=lse)
     (grid, threads), args = launched[merge.__name__].calls[0]
     assert threads == merge.Config().threads and grid == -(-2 * 50 * 4 * 8 // threads)
-    assert (args["out"], args["out_a"], args["out_b"], args["lse_out"]) == (out, oa, ob, lse.ptr)
+    assert (args["out"], args["out_a"], args["out_b"], args["lse_out"]) == (out.ptr, oa.ptr, ob.ptr, lse.ptr)
     assert (args["vectors"], args["row_vectors"], args["heads"], args["seq"]) == (2 * 50 * 4 * 8, 8, 4, 50)
     with pytest.raises(AttentionArgumentError, match="must not be lse_a"):
         pkptx.attention_merge(oa, la, ob, lb, lse=la)

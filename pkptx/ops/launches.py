@@ -1,0 +1,100 @@
+"""Launches of the ops on local arrays (gemm, grouped_gemm, attention, attention_merge), made once per
+set of operands and replayed: a repeated call costs a dict lookup and one ``cuLaunchKernelEx``.
+
+The first call with given operands imports them (DLPack), checks every argument, plans the schedule,
+encodes the tensor maps and packs the arguments into a :class:`pkptx.launch.PreparedLaunch`; that
+launch is kept under a key made of what the launch depends on: each operand's address, shape, strides
+and dtype, read straight from a DeviceArray or a torch tensor's attributes (no DLPack import), plus the
+op's options. A later call with an equal key launches it. Two arrays with equal keys are the same
+memory seen the same way, so a launch made for one is right for the other, even after the first was
+freed and the memory reused. A cached launch keeps addresses and tensor maps, never the operands
+themselves, so it pins no user memory. Operands of other producers (CuPy, JAX) get no key: their calls
+take the full path every time.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+from ..launch import TensorMap, from_dlpack
+from ..launch.array import DeviceArray
+from ..launch.device import Stream, as_stream
+
+MAX_LAUNCHES = 512
+MAX_TENSOR_MAPS = 256
+
+_launches: OrderedDict = OrderedDict()
+_tensor_maps: dict = {}
+
+
+def array(x, op: str, name: str, error: type) -> DeviceArray:
+    """Operand ``x`` as a DeviceArray (a DLPack device array is viewed, not copied), or ``error``."""
+    if isinstance(x, DeviceArray):
+        return x
+    try:
+        return from_dlpack(x)
+    except Exception as exc:
+        raise error(f"{op}: {name} must be a DeviceArray or a DLPack device array, got {type(x).__name__}") from exc
+
+
+def tensor_map(arr: DeviceArray, box: tuple) -> TensorMap:
+    """The 128-byte-swizzled tiled map of ``arr`` with ``box``, over its address alone (it keeps no
+    reference to the array); encoded once per address, shape, strides, dtype and box."""
+    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box)
+    tmap = _tensor_maps.get(key)
+    if tmap is None:
+        if len(_tensor_maps) >= MAX_TENSOR_MAPS:
+            _tensor_maps.pop(next(iter(_tensor_maps)))
+        tmap = _tensor_maps[key] = TensorMap.tiled(arr.ptr, dtype=arr.dtype, shape=arr.shape, box=box, swizzle=128,
+                                                   strides_bytes=tuple(st * arr.itemsize for st in arr.strides))
+    return tmap
+
+
+def operand_key(x):
+    """What a launch depends on of operand ``x`` (address, shape, strides, dtype), without importing it;
+    None when ``x`` is of a kind that has no cheap key (then the call is never cached)."""
+    if type(x) is DeviceArray:
+        return x.ptr, x.shape, x.strides, x.dtype
+    if x is None:
+        return ()
+    data_ptr, stride = getattr(x, "data_ptr", None), getattr(x, "stride", None)
+    if data_ptr is None or stride is None:
+        return None
+    try:                                   # torch: the same facts from the tensor's own attributes
+        return data_ptr(), x.shape, stride(), x.dtype
+    except TypeError:
+        return None
+
+
+def stream_handle(stream) -> int:
+    """The raw handle of ``stream`` (what a prepared launch is queued on), for cache keys."""
+    kind = type(stream)
+    return stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
+        as_stream(stream).handle
+
+
+def launch_key(op: str, operands: tuple, options: tuple) -> tuple | None:
+    """The cache key of a call: the op, its operands' keys and its options; None (not cached) when an
+    operand has no key."""
+    keys = tuple(operand_key(x) for x in operands)
+    return None if None in keys else (op, keys, options)
+
+
+def cached(key: tuple | None, make: Callable[[], Callable]) -> Callable:
+    """The launch (a callable of the stream) kept under ``key``, else ``make()``'s, kept unless ``key``
+    is None."""
+    if key is None:
+        return make()
+    launch = _launches.get(key)
+    if launch is None:
+        launch = _launches[key] = make()
+        if len(_launches) > MAX_LAUNCHES:
+            _launches.popitem(last=False)
+    else:
+        _launches.move_to_end(key)
+    return launch
+
+
+def clear() -> None:
+    """Forget every cached launch."""
+    _launches.clear()

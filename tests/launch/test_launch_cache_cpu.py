@@ -1,0 +1,86 @@
+"""The launch cache of the local ops (pkptx.ops.launches) over the fake driver: a repeated call makes no
+tensor map and packs nothing (one argument buffer for every launch), other operands make a new launch,
+a cached launch pins no operand, and what has no cheap key is never cached."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from tests.launch.test_capture_cpu import fake  # noqa: F401  (the fixture)
+from pkptx.launch import Stream, empty
+from pkptx.launch.array import DeviceArray
+from pkptx.ops import launches
+from pkptx.ops.gemm import GemmArgumentError, gemm
+
+
+def _operands(m=128, n=256, k=64, stream=None):
+    return empty((m, k), "bfloat16", stream=stream), empty((n, k), "bfloat16", stream=stream), \
+        empty((m, n), "bfloat16", stream=stream)
+
+
+def test_a_repeated_gemm_is_one_prepared_launch(fake):
+    stream = Stream(non_blocking=True)
+    a, b, c = _operands(stream=stream)
+    gemm(a, b, c, stream=stream)
+    encodes, before = fake.calls.count("cuTensorMapEncodeTiled"), len(fake.launches)
+    for _ in range(50):
+        assert gemm(a, b, c, stream=stream) is c
+    repeated = fake.launches[before:]
+    assert len(repeated) == 50 and len({launch[2] for launch in repeated}) == 1     # one packed buffer
+    assert fake.calls.count("cuTensorMapEncodeTiled") == encodes
+    other = empty((128, 256), "bfloat16", stream=stream)
+    gemm(a, b, other, stream=stream)
+    assert fake.launches[-1][2] != repeated[0][2]          # another output: another launch
+
+
+def test_a_cached_launch_pins_no_operand(fake):
+    a, b, c = _operands()
+    gemm(a, b, c)
+    refs = [weakref.ref(x) for x in (a, b, c)]
+    del a, b, c
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_same_memory_seen_another_way_is_another_key(fake):
+    a = empty((128, 64), "bfloat16")
+    flat = DeviceArray(a.ptr, (64, 128), a.dtype, owner=a)
+    assert launches.operand_key(a) != launches.operand_key(flat)
+    assert launches.operand_key(None) == ()
+
+
+class TorchLike:
+    """What the key reads of a torch tensor: data_ptr(), shape, stride(), dtype."""
+
+    def __init__(self, ptr, shape, dtype):
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), dtype
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return tuple(int(np.prod(self.shape[i + 1:])) for i in range(len(self.shape)))
+
+
+class DLPackOnly:
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not reached")
+
+
+def test_keys_of_other_producers():
+    t = TorchLike(0x7000, (4, 8), "torch.bfloat16")
+    assert launches.operand_key(t) == (0x7000, (4, 8), (8, 1), "torch.bfloat16")
+    assert launches.operand_key(DLPackOnly()) is None
+    assert launches.launch_key("gemm", (t, DLPackOnly()), ()) is None      # never cached
+
+
+def test_a_bad_call_is_refused_every_time_and_never_cached(fake):
+    a, b, _ = _operands()
+    bad = empty((128, 255), "bfloat16")
+    for _ in range(2):
+        with pytest.raises(GemmArgumentError, match="out must be 128 x 256"):
+            gemm(a, b, bad)
+    assert not any(key[0] == "gemm" and key[1][2] == launches.operand_key(bad) for key in launches._launches)
