@@ -1,5 +1,7 @@
 """Launch benchmarks: (1) host cost of one launch of an empty kernel, pkptx against CuPy and bare
-cuda.bindings in the same run; (2) a cp.async.bulk copy kernel against cuMemcpyDtoDAsync at 1 GiB.
+cuda.bindings in the same run; (2) host cost of one call of the ops on small problems (planned or cached,
+as every call after the first), against torch's nearest op; (3) a cp.async.bulk copy kernel against
+cuMemcpyDtoDAsync at 1 GiB.
 
     python -m pkptx bench launch [--record] [--quick]
 """
@@ -151,9 +153,48 @@ def bench_bulk_copy(args) -> None:
            f"best: {best[0]} at {best[4]} of cuMemcpyDtoDAsync (goal >= 0.95)", args.record)
 
 
+def bench_op_calls(args) -> None:
+    """Host microseconds per op call after the first, on problems small enough that the GPU keeps up."""
+    import ml_dtypes
+    import torch
+
+    import pkptx
+    from ..launch import SymmetricHeap, World, from_dlpack
+    world = World.single()
+    heap = SymmetricHeap(world, 16 << 20)
+    x, y = heap.alloc((1024,), np.float32), heap.alloc((1024,), np.float32)
+    g = heap.alloc((8, 128), ml_dtypes.bfloat16)
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    a, b, c = torch.randn(256, 64, **bf), torch.randn(256, 64, **bf), torch.empty(256, 256, **bf)
+    da, db, dc = (from_dlpack(t) for t in (a, b, c))
+    q, k, v = (torch.randn(1, 128, 2, 64, **bf) for _ in range(3))
+    o, t = torch.empty_like(q), torch.empty(1024, device="cuda")
+    stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+    paths = [("all_reduce 4 KiB (pkptx, planned)", lambda: pkptx.all_reduce(x, world, out=y, algorithm="one_shot",
+                                                                            stream=stream)),
+             ("all_gather 2 KiB (pkptx, planned)", lambda: pkptx.all_gather(g, world, dim=0, stream=stream)),
+             ("gemm 256x256x64, torch tensors (pkptx, cached)", lambda: pkptx.gemm(a, b, c, stream=stream)),
+             ("gemm 256x256x64, DeviceArrays (pkptx, cached)", lambda: pkptx.gemm(da, db, dc, stream=stream)),
+             ("attention 1x128x2x64, torch tensors (pkptx, cached)",
+              lambda: pkptx.attention(q, k, v, out=o, stream=stream)),
+             ("torch.Tensor.add_ 4 KiB", lambda: t.add_(1.0)),
+             ("torch.matmul 256x256x64, out=", lambda: torch.matmul(a, b.T, out=c)),
+             ("torch SDPA 1x2x128x64", lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))]
+    calls = 500 if args.quick else 2000
+    rows = [[label, us] for (label, _), us in zip(paths, host_us_interleaved([go for _, go in paths], calls))]
+    pkptx.synchronize(stream)
+    heap.close()
+    world.close()
+    report("Host us per op call (after the first), pkptx and torch", ["call", "us/call"], rows,
+           "Planned (collectives, per heap) or cached (local ops, per operand addresses) calls: a key lookup and "
+           "one prepared launch; world of 1; rounds interleaved, median of 9; problems small enough that the GPU "
+           "keeps up, so these are host times.", args.record)
+
+
 def main(argv=None) -> int:
     options = parse_args(__doc__.splitlines()[0], argv)
     bench_overhead(options)
+    bench_op_calls(options)
     bench_bulk_copy(options)
     return 0
 

@@ -87,6 +87,15 @@ def grouped_table(stream, repeats, args) -> None:
            "pkptx time (1.0 = parity); w is E x N x K, passed to torch transposed.", args.record)
 
 
+def _my_rows(world, all_ids, slots, local: int):
+    """The rows this rank received, in one fixed order of (sender, token, k): a pair's row depends on
+    arrival order, so two dispatches of the same tokens place them differently."""
+    import numpy as np
+    every = world.allgather(slots, what="moe slots")
+    mine = [sl[ids // local == world.rank] for ids, sl in zip(all_ids, every)]
+    return np.concatenate(mine).astype(np.int64)
+
+
 def layer_table(world, stream, repeats, args) -> None:
     """Inputs are made on the GPU (torch), so a rank's weights (GBs at DeepSeek-V3 shapes) never
     cross the host."""
@@ -126,11 +135,16 @@ def layer_table(world, stream, repeats, args) -> None:
         d = sequential()
         pkptx.synchronize(stream)
         received = int(d.offsets.to_numpy()[-1])
+        all_ids = world.allgather(ids.to_numpy(), what="moe ids")
+        seq_rows = _my_rows(world, all_ids, d.slots.to_numpy(), local)
         errs = []
         for c in comms:
-            pkptx.moe_dispatch_gemm(x, ids, wt, w1, world, experts, heap=heap, out=hf, num_comm_sms=c, stream=stream)
+            f, _ = pkptx.moe_dispatch_gemm(x, ids, wt, w1, world, experts, heap=heap, out=hf, num_comm_sms=c,
+                                           stream=stream)
             pkptx.synchronize(stream)
-            got, want = h_fused[:received].float(), h_seq[:received].float()
+            fused_rows = _my_rows(world, all_ids, f.slots.to_numpy(), local)
+            got = h_fused[torch.as_tensor(fused_rows, device="cuda")].float()
+            want = h_seq[torch.as_tensor(seq_rows, device="cuda")].float()
             errs.append(((got - want).norm() / want.norm().clamp_min(1e-30)).item() if received else 0.0)
         if not max(errs, default=0.0) <= 1e-2:
             raise SystemExit(f"moe {name}: fused differs from dispatch then grouped_gemm by {errs}; not timing it")
