@@ -334,7 +334,7 @@ class PreparedLaunch:
     replaced, as the fake driver of the CPU tests does) it goes through ``cuda.bindings``.
     """
     __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success",
-                 "_direct", "_function")
+                 "_direct", "_function", "_c_params")
 
     def __init__(self, kernel: Kernel, config: LaunchConfig, args: tuple):
         if not isinstance(config, LaunchConfig):
@@ -344,7 +344,8 @@ class PreparedLaunch:
         self._natives: dict[int, tuple] = {}
         self._launch_ex, self._handle, self._success = kernel._launch_ex, kernel._handle, kernel._success
         self._direct = None if inspect.isfunction(kernel._launch_ex) else direct_launch()
-        self._function = int(self._handle)
+        # ctypes values made once: converting Python ints at each call costs more than the call
+        self._function, self._c_params = ctypes.c_void_p(int(self._handle)), ctypes.c_void_p(self._params)
 
     def launch(self, stream=None) -> None:
         """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
@@ -355,9 +356,9 @@ class PreparedLaunch:
         entry = self._natives.get(h)
         if entry is None:
             native = self.kernel.native(self.config, h)
-            entry = self._natives[h] = (native, native.getPtr())
+            entry = self._natives[h] = (native, ctypes.c_void_p(native.getPtr()))
         if self._direct is not None:
-            code = self._direct(entry[1], self._function, self._params, None)
+            code = self._direct(entry[1], self._function, self._c_params, None)
             if code:
                 self.kernel._failed(driver().CUresult(code), entry[0], self._params)
             return
@@ -371,12 +372,12 @@ _direct: list = []
 
 def direct_launch():
     """``cuLaunchKernelEx`` of the libcuda that cuda.bindings already loaded (``RTLD_NOLOAD``: never a
-    second copy), as a ctypes function of four addresses, or None when it cannot be had."""
+    second copy), as a ctypes function of four c_void_p values, or None when it cannot be had."""
     if not _direct:
         ensure_init()
         try:
             fn = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD).cuLaunchKernelEx
-            fn.argtypes, fn.restype = (ctypes.c_void_p,) * 4, ctypes.c_int
+            fn.restype = ctypes.c_int          # no argtypes: callers pass c_void_p values (or None)
         except (OSError, AttributeError):
             fn = None
         _direct.append(fn)

@@ -9,7 +9,8 @@ candidate's stages fill most of the shared memory):
   cost (pipeline refill, the epilogue the tensor cores wait for) + for split-K the partial written and,
   on the slab's last slice, every partial read back;
 - the compute path is waves * unit time; the memory path is the bytes that must come from HBM (A, B
-  once, C once) at what the active SMs can pull; the estimate is the larger.
+  once, C once) at what the active SMs can pull, plus the epilogue (and split-K sum) of the last units,
+  which only start once their bytes are in; the estimate is the larger.
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
@@ -29,10 +30,12 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.67, (128, 64): 0.4,
     (64, 256): 0.75, (64, 192): 0.68, (64, 128): 0.5, (64, 64): 0.28,
 }
-DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 128))   # the 64-wide ones: probe only
+DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
-L2_BYTES_PER_S = 100e9        # one SM's generic f32 partial stores/loads (split-K)
+L2_BYTES_PER_S = 50e9         # one SM's generic f32 partial stores/loads (split-K; refitted to the 2026-12-03 sweep)
+TAIL_UNITS = 2                # units whose epilogue (and split-K sum) a memory-bound schedule still runs after
+                              # the last bytes arrive (fitted: probe/data/gemm_sweep_2026-12-03.txt)
 UNIT_OVERHEAD_S = 1.0e-6      # per work unit: pipeline refill, ...
 EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, per epilogue kind
     "tma": 32e9,              # fitted: 3 us for a 128 x 256 bf16 tile
@@ -91,14 +94,13 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     units = tiles * cfg.splits
     waves = -(-units // sm_count)
     block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * TILE_RATE[cfg.tile_m, cfg.tile_n])
-    unit_s = (-(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S
-              + cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue])
-    if cfg.splits > 1:
-        unit_s += (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S
+    epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
+    reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
+    unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + epilogue_s + reduce_s
     active = min(units, sm_count)
     hbm_bytes = (m * k + n * k) * 2 + m * n * out_bytes
     memory_s = hbm_bytes / min(HBM_BYTES_PER_S, active * SM_BYTES_PER_S)
-    return max(waves * unit_s, memory_s)
+    return max(waves * unit_s, memory_s + TAIL_UNITS * (epilogue_s + reduce_s))
 
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,

@@ -55,10 +55,11 @@ def test_large_problems_keep_the_widest_tile_unsplit(shape, want):
 
 
 @pytest.mark.parametrize("shape", [(128, 8192, 8192), (16, 8192, 8192), (64, 4096, 16384), (1024, 1024, 16384)])
-def test_few_tiles_and_deep_k_split(shape):
+def test_few_tile_problems_fill_the_device(shape):
+    """By smaller tiles or K slices (measured on the H200: either wins, depending on the shape)."""
     cfg = plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM)
     units = tiles_of(shape[0], shape[1], cfg.tile_m, cfg.tile_n) * cfg.splits
-    assert cfg.splits > 1 and units >= 0.75 * H200, cfg
+    assert units >= 0.75 * H200, cfg
 
 
 @given(shape=shapes(), sms=st.sampled_from([132, 66]))
