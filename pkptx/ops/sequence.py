@@ -37,8 +37,9 @@ from .launches import tensor_map
 
 _MASK32 = (1 << 32) - 1
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
-SM_PUSH = 100e9               # bytes/s a ring communicator block moves (six threads of bulk copies; a guess)
-SM_PUSH_ONE = 30e9            # a Ulysses communicator block (one thread, one piece in flight; a guess)
+SM_PUSH = 12e9                # bytes/s a ring communicator block moves (six threads of bulk copies), and
+SM_PUSH_ONE = 10e9            # a Ulysses one (one thread, one piece in flight): H200, MPS 50/50, 2 ranks,
+                              # 6144 tokens, 8 and 16 communicators (bench/RESULTS.md 2026-12-03)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
