@@ -41,7 +41,7 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, Sem, address, b32, s32, u32, u64
-from ...primitives import wait_parity
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ..lcsc import WINDOW_SLACK, Buffer, Ring, Template
@@ -243,7 +243,7 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                 owner = b.div(u32, expert, ctx.param("local"), name="owner")
                 token = b.div(u32, pair, ctx.param("topk"), name="token")
                 buf = b.mad(u32, warp, chunk, ctx.smem[buffer], mode="lo", name="row_buffer")
-                bar = ctx.rings["rows_in"].bar(b, warp)
+                pipe = Pipeline.bounce(ctx.rings["rows_in"].bar(b, warp), phase=ctx.param("push_phase"))
                 row_bytes = b.cvt(u64, u32, ctx.param("row_bytes"), name="row_bytes64")
                 src = b.mad(u64, b.cvt(u64, u32, token), row_bytes, ctx.param("x"), mode="lo", name="token_row")
                 dst = b.mad(u64, b.cvt(u64, s32, slot), row_bytes, ctx.layouts["recv"].peer(b, owner), mode="lo",
@@ -251,11 +251,11 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                 for off in b.range(0, ctx.param("row_bytes"), chunk, name="row_offset"):
                     size = b.min(u32, b.sub(u32, ctx.param("row_bytes"), off), chunk, name="chunk_bytes")
                     at = b.cvt(u64, u32, off, name="chunk_offset")
-                    b.bulk_wait_group(0, read=True)            # the last chunk's store has read the buffer
-                    b.mbarrier_arrive_expect_tx(bar, size)
+                    pipe.acquire(b)                            # the last chunk's store has read the buffer
+                    bar = pipe.commit(b, size)
                     b.bulk_load(address(buf), address(b.add(u64, src, at)), size, bar)
-                    wait_parity(b, bar, ctx.param("push_phase"), deadline=ctx.deadline, name="row_in")
-                    b.xor(b32, ctx.param("push_phase"), 1, into=ctx.param("push_phase"))
+                    pipe.wait(b, deadline=ctx.deadline, name="row_in")
+                    pipe.advance(b)
                     b.bulk_store(address(b.add(u64, dst, at)), address(buf), size)
                     b.bulk_commit_group()
                 publish_async_writes(b)                       # the row is written, not only read out

@@ -38,7 +38,7 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, Sem, address, b8, f32, u32, u64
-from ...primitives import wait_parity
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
 from ...primitives.tma import tensor_map_param
@@ -231,20 +231,19 @@ def build(cfg: Config = Config()):
         does not otherwise use, cut into RELAY_LANES stages) and mbarrier: the lanes' copies overlap.
         ``wait_group.read 0`` before each load: the lane's previous store has read the stage."""
         b = ctx.b
-        bar = ctx.rings["relay"].bar(b, lane)
+        pipe = Pipeline.bounce(ctx.rings["relay"].bar(b, lane), uses=ctx.param("relayed"))
         buf = b.mad(u32, lane, chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
         first = b.mul(u32, lane, chunk_bytes, mode="lo", name="relay_first")
         for done in b.range(first, nbytes, RELAY_LANES * chunk_bytes, name="relay"):
             size = b.min(u32, b.sub(u32, nbytes, done), chunk_bytes, name="relay_bytes")
-            n = ctx.param("relayed")
-            b.bulk_wait_group(0, read=True)
-            b.mbarrier_arrive_expect_tx(bar, size)
+            pipe.acquire(b)
+            bar = pipe.commit(b, size)
             offset = b.cvt(u64, u32, done)
             b.bulk_load(address(buf), address(b.add(u64, src, offset)), size, bar)
-            wait_parity(b, bar, b.and_("b32", n, 1), deadline=ctx.deadline, name="relay_in")
+            pipe.wait(b, deadline=ctx.deadline, name="relay_in")
             b.bulk_store(address(b.add(u64, dst, offset)), address(buf), size)
             b.bulk_commit_group()
-            b.add(u32, n, 1, into=n)
+            pipe.advance(b)
 
     def padded_pieces(ctx):
         """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p

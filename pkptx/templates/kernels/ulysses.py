@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...isa import Param, Sem, address, b8, f32, u32, u64
-from ...primitives import wait_parity
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
 from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
@@ -179,15 +179,15 @@ def build(cfg: Config = Config()):
             q_head = b.mad(u32, dest, ctx.param("local_heads"), b.mul(u32, g, group, mode="lo"), mode="lo",
                            name="src_q_head")
             kv_head = b.mad(u32, dest, local_kv, g, mode="lo", name="src_kv_head")
-            bar = ctx.rings["q_full"].bar(b, 0)
-            b.bulk_wait_group(0, read=True)               # the last piece has left shared memory
-            b.mbarrier_arrive_expect_tx(bar, ctx.param("piece_bytes"))
+            pipe = Pipeline.bounce(ctx.rings["q_full"].bar(b, 0), phase=ctx.param("piece_phase"))
+            pipe.acquire(b)                               # the last piece has left shared memory
+            bar = pipe.commit(b, ctx.param("piece_bytes"))
             boxes = (("q", "smem_q", q_head, b.mul(u32, g, group, mode="lo", name="dst_q_head")),
                      ("k", "smem_k", kv_head, g), ("v", "smem_v", kv_head, g))
             for x, buf, src_head, _ in boxes:
                 b.tensor_load(address(ctx.smem[buf]), tensor_map_param(b, f"tmap_{x}s"), (0, src_head, row, batch), bar)
-            wait_parity(b, bar, ctx.param("piece_phase"), deadline=ctx.deadline, name="piece_in")
-            b.xor("b32", ctx.param("piece_phase"), 1, into=ctx.param("piece_phase"))
+            pipe.wait(b, deadline=ctx.deadline, name="piece_in")
+            pipe.advance(b)
             for x, buf, _, dst_head in boxes:
                 b.tensor_store(ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), address(ctx.smem[buf]))
             b.bulk_commit_group()
