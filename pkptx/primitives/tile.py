@@ -1,6 +1,6 @@
-"""Cross-rank reduction of one unit (16 bytes by default): ``reduce`` (result into the local copy) and
-``all_reduce`` (result into every copy), each in a multimem form and a unicast form that gives the same
-result.
+"""Cross-rank reduction of one unit (16 bytes by default): :func:`reduce` (result into the local copy)
+and :func:`all_reduce` (result into every copy), each in a multimem form and a unicast form that gives
+the same result.
 
 Sums accumulate in f32 for 16-bit types in both forms (``.acc::f32`` on multimem), rounded once. The
 unicast form also takes narrower units (8, 4 or 2 bytes: the scalar path for rows whose length is not
@@ -130,3 +130,19 @@ def reduce_vector(b: Builder, data: BoundLayout, offset, *, ty, op, world: Reg, 
                                dst_offset=dst_offset)
     return unicast_reduce(b, data, offset, ty=ty, op=op, world=world, rank=rank, write_all=write_all, dst=dst,
                           dst_offset=dst_offset, width=width)
+
+
+def reduce(b: Builder, data: BoundLayout, offset, *, ty, op, world: Reg, rank: Reg, multicast: bool,
+           dst: BoundLayout | None = None, dst_offset=None, width: int = 16):
+    """Primitive 3: the unit(s) at ``offset`` reduced over every rank, into this rank's copy of ``dst``
+    (default ``data``): :func:`reduce_vector` with ``write_all=False``."""
+    return reduce_vector(b, data, offset, ty=ty, op=op, world=world, rank=rank, write_all=False,
+                         multicast=multicast, dst=dst, dst_offset=dst_offset, width=width)
+
+
+def all_reduce(b: Builder, data: BoundLayout, offset, *, ty, op, world: Reg, rank: Reg, multicast: bool,
+               dst: BoundLayout | None = None, dst_offset=None, width: int = 16):
+    """Primitive 4: the unit(s) at ``offset`` reduced over every rank, into every rank's copy of ``dst``
+    (default ``data``): :func:`reduce_vector` with ``write_all=True``."""
+    return reduce_vector(b, data, offset, ty=ty, op=op, world=world, rank=rank, write_all=True,
+                         multicast=multicast, dst=dst, dst_offset=dst_offset, width=width)
