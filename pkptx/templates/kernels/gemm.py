@@ -20,7 +20,7 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, address, b8, f32, u32, u64
-from ...primitives import Pipeline
+from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
 from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
 from ..lcsc import Buffer, Ring, Template
@@ -227,13 +227,16 @@ def slab_origin(ctx, cfg: Config, tm, tn, wg):
 def store_c(cfg: Config):
     """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor."""
     def store(ctx, acc, tm, tn, wg, staging):
-        b = ctx.b
-        tmap_c = tensor_map_param(b, "tmap_c")
-        row, col = slab_origin(ctx, cfg, tm, tn, wg)
-        stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
-                           issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
-                                                                    address(sub)))
+        tmap_c = tensor_map_param(ctx.b, "tmap_c")
+        store_slab(ctx, cfg, acc, wg, staging, tmap_c, *slab_origin(ctx, cfg, tm, tn, wg))
     return store
+
+
+def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
+    """TMA-store a warpgroup's slab at (row, col) of ``tmap``'s tensor, through its staging buffer."""
+    b = ctx.b
+    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
+                       issue=lambda sub, off: store_async(b, tmap, (b.add(u32, col, off), row), sub, commit=False))
 
 
 def store_direct(cfg: Config):

@@ -18,7 +18,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, stamp, wait_peers
-from ...primitives.tile import reduce_vector
+from ...primitives import all_reduce
 from ..gemm_parts import tile_of
 from ..progress import FLAGS, close_barrier
 from . import gemm
@@ -104,8 +104,8 @@ def build(cfg: Config = Config()):
                 first = b.mad(u32, step, REDUCE_THREADS * BATCH, ctx.tid, mode="lo", name="ar_first")
                 offsets = tuple(element_offset(ctx, row0, col0, b.add(u32, first, j * REDUCE_THREADS))[0]
                                 for j in range(BATCH))
-                reduce_vector(b, ctx.layouts["c"], offsets, ty=g.out_dtype, op="sum", world=ctx.world,
-                              rank=ctx.rank, write_all=True, multicast=cfg.multicast)
+                all_reduce(b, ctx.layouts["c"], offsets, ty=g.out_dtype, op="sum", world=ctx.world, rank=ctx.rank,
+                           multicast=cfg.multicast)
 
     def reduce_edge_tile(ctx, row0, col0):
         """A tile that C's edge cuts: one vector per thread-step, each inside C."""
@@ -115,8 +115,8 @@ def build(cfg: Config = Config()):
             inside = b.setp("lt", u32, col, ctx.param("n"), combine="and",
                             c=b.setp("lt", u32, row, ctx.param("m")), name="in_c")
             with b.if_then(inside):
-                reduce_vector(b, ctx.layouts["c"], offset, ty=g.out_dtype, op="sum", world=ctx.world,
-                              rank=ctx.rank, write_all=True, multicast=cfg.multicast)
+                all_reduce(b, ctx.layouts["c"], offset, ty=g.out_dtype, op="sum", world=ctx.world, rank=ctx.rank,
+                           multicast=cfg.multicast)
 
     parts = gemm.roles(g, store=store)
 

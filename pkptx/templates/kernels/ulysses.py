@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...isa import Param, Sem, address, b8, f32, u32, u64
-from ...primitives import Pipeline
+from ...primitives import Pipeline, store_async
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
 from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
@@ -188,9 +188,9 @@ def build(cfg: Config = Config()):
                 b.tensor_load(address(ctx.smem[buf]), tensor_map_param(b, f"tmap_{x}s"), (0, src_head, row, batch), bar)
             pipe.wait(b, deadline=ctx.deadline, name="piece_in")
             pipe.advance(b)
-            for x, buf, _, dst_head in boxes:
-                b.tensor_store(ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), address(ctx.smem[buf]))
-            b.bulk_commit_group()
+            for x, buf, _, dst_head in boxes:       # one bulk group: the last store commits it
+                store_async(b, ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), ctx.smem[buf],
+                            commit=x == "v")
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], dest, group_flag(b, ctx, batch, rank, g)), 1,
                    sem=Sem.RELEASE, scope="sys")
