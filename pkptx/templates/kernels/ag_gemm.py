@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...isa import Param, Sem, address, u32, u64
+from ...isa import Param, Scope, Sem, address, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, stamp, wait
 from ..progress import FLAGS, close_barrier
@@ -51,7 +51,7 @@ def build(cfg: Config = Config()):
         owner = b.div(u32, b.mul(u32, tm, g.tile_m, mode="lo"), ctx.param("rows_per_rank"), name="row_owner")
         with b.if_then(b.setp("ne", u32, owner, ctx.rank, name="remote_rows")):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.epoch, sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=tm, peer=owner)
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=tm, peer=owner)
             b.fence_proxy_async("global")
 
     def comm_tasks(ctx):
@@ -81,7 +81,7 @@ def build(cfg: Config = Config()):
                 b.bulk_commit_group()
             publish_async_writes(b)
             for peer in b.range(0, ctx.world, name="dst"):
-                stamp(b, flag_address(b, ctx.layouts["ready"], peer, tm), ctx.epoch, sem=Sem.RELEASE, scope="sys")
+                stamp(b, flag_address(b, ctx.layouts["ready"], peer, tm), ctx.epoch, sem=Sem.RELEASE, scope=Scope.SYS)
 
     parts = gemm.roles(g, store=gemm.store_c(g), tile=own_rows_first, before_a=await_rows)
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Sem, address, b8, f32, u32, u64
+from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
 from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
@@ -116,7 +116,7 @@ def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
     b = ctx.b
     expected = b.mul(u32, ctx.param("epoch"), RELAY_LANES, mode="lo", name="piece_signals")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
-         scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+         scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
 
 
@@ -220,7 +220,7 @@ def build(cfg: Config = Config()):
         """To the previous rank (the one that pushes here)."""
         b = ctx.b
         prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
-        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
+        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
                              layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", RELAY_LANES, 1),))
@@ -280,7 +280,7 @@ def build(cfg: Config = Config()):
             shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
             nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
             wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
             b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
             src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
             ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
@@ -296,7 +296,7 @@ def build(cfg: Config = Config()):
                                                                            mode="wide"))
                 relay(ctx, ctx.tid, dst_addr, src_addr, nbytes)
             publish_async_writes(b)
-            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope="sys")
+            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
         """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""

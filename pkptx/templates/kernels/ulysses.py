@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...isa import Param, Sem, address, b8, f32, u32, u64
+from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
@@ -66,7 +66,7 @@ def await_group(ctx, batch, src, g, deadline) -> None:
     b = ctx.b
     expected = b.mul(u32, ctx.param("epoch"), ctx.param("row_pieces"), mode="lo", name="group_pieces")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, group_flag(b, ctx, batch, src, g)), expected,
-         sem=Sem.ACQUIRE, scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+         sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
 
 
@@ -140,7 +140,7 @@ class UlyssesTask(attention.Task):
 def build(cfg: Config = Config()):
     def announce(ctx):
         """To every rank, in its arrive[this rank]."""
-        signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope="sys",
+        signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope=Scope.SYS,
                    multicast=False)
 
     t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce, counter="piece_phase",
@@ -156,7 +156,7 @@ def build(cfg: Config = Config()):
         b = ctx.b
         for other in b.range(0, ctx.world, name="rank"):
             wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, other), ctx.param("epoch"), sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
         b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
     def push(ctx, piece):
@@ -193,7 +193,7 @@ def build(cfg: Config = Config()):
                             commit=x == "v")
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], dest, group_flag(b, ctx, batch, rank, g)), 1,
-                   sem=Sem.RELEASE, scope="sys")
+                   sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
         """Every O/LSE store of this block has landed at its owner, then the ranks meet, so each rank's
