@@ -108,15 +108,13 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
 
 
 def pipeline(ctx) -> Pipeline:
-    """The k-block ring: a stage's full barrier takes the loader's arrival and the A and B bytes, its
-    empty barrier one arrival per consumer warp; ``it`` counts the k-blocks a role has passed."""
+    """The k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp), counted by ``it``."""
     return Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=ctx.param("it"))
 
 
 def comm_bounce(ctx):
-    """What a communicator block of a GEMM-shaped kernel may use, as no compute role runs there: a bounce
-    pipeline on stage 0's full barrier (its phase bit the idle k-block counter) and the stage buffers
-    from their start (``stages * (a_bytes + b_bytes)`` bytes)."""
+    """For a communicator block (no compute role runs there): a bounce pipeline on stage 0's full barrier, its phase
+    bit the idle ``it``, and the stage buffers from their start (``stages * (a_bytes + b_bytes)`` bytes)."""
     return Pipeline.bounce(ctx.rings["full"].bar(ctx.b, 0), phase=ctx.param("it")), ctx.smem["smem_a"]
 
 
@@ -227,8 +225,7 @@ def slab_origin(ctx, cfg: Config, tm, tn, wg):
 def store_c(cfg: Config):
     """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor."""
     def store(ctx, acc, tm, tn, wg, staging):
-        tmap_c = tensor_map_param(ctx.b, "tmap_c")
-        store_slab(ctx, cfg, acc, wg, staging, tmap_c, *slab_origin(ctx, cfg, tm, tn, wg))
+        store_slab(ctx, cfg, acc, wg, staging, tensor_map_param(ctx.b, "tmap_c"), *slab_origin(ctx, cfg, tm, tn, wg))
     return store
 
 
