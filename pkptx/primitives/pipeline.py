@@ -6,11 +6,11 @@ barrier when every consumer has released it. The k-th use of a stage is phase ``
 waits for that phase of the full barrier, the producer for phase ``(k & 1) ^ 1`` of the empty one
 (the phase before a fresh barrier's first counts as complete, so the first use does not wait)::
 
-    producer                                     consumer
-    slot = pipe.acquire(b, deadline=d)           slot = pipe.wait(b, deadline=d)
-    bar = pipe.commit(b, nbytes, stage=slot.stage)   ... use the stage ...
-    ... TMA loads completing on bar ...          pipe.release(b, slot, pred=lane0)
-    pipe.advance(b)                              pipe.advance(b)
+    producer                                          consumer
+    slot = pipe.acquire(b, deadline=d)                slot = pipe.wait(b, deadline=d)
+    bar = pipe.commit(b, nbytes, stage=slot.stage)    ... use the stage ...
+    ... TMA loads completing on bar ...               pipe.release(b, slot, pred=lane0)
+    pipe.advance(b)                                   pipe.advance(b)
 
 PTX: acquire ``mbarrier.try_wait.parity`` loop on ``[empty + 8*stage]`` with ``phase ^ 1``
 (:func:`wait_parity`); commit ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [full + 8*stage], nbytes``;
@@ -19,11 +19,12 @@ wait the loop on ``[full + 8*stage]`` with ``phase``; release ``mbarrier.arrive.
 producer sees the consumers done with the stage; generic-proxy writes into a stage that TMA later reads
 still owe ``fence.proxy.async.shared::cta``.
 
-A *bounce* pipeline (:meth:`Pipeline.bounce`) has one barrier and no empty ring: the same thread loads
-a chunk, waits for it and stores it out with TMA, so the stage is free again once its bulk store has
-read it (acquire: ``cp.async.bulk.wait_group.read pending``).
+Without an empty ring the consumer is the producer's own TMA store: the thread loads a chunk, waits for
+it and stores it out, so a stage is free again once its bulk store has read it (acquire:
+``cp.async.bulk.wait_group.read pending``). A *bounce* pipeline (:meth:`Pipeline.bounce`) is the case
+of one barrier at a fixed address.
 
-The position is kept one of three ways (the protocol is the same; the PTX differs):
+The position is kept one of two ways (the protocol is the same; the PTX differs):
 
 - counted (``uses``: stages used so far): stage ``uses mod S`` and phase ``(uses / S) & 1``, masks and
   shifts for S = 2^n (this sits on the consumers' critical path, and ptxas leaves a general division
@@ -41,7 +42,7 @@ from ..isa import Builder, Reg, b32, u32
 from ..isa.instruction import locate
 from .mbarrier import StageRing, wait_parity
 
-_NO_DEADLINE = object()      # acquire's default: a bounce pipeline does not wait on a barrier
+_NO_DEADLINE = object()      # acquire's default: without an empty ring it waits on no barrier
 
 
 def stage_phase(b: Builder, position, stages: int):
@@ -67,7 +68,7 @@ class Slot:
 @dataclass(frozen=True)
 class Pipeline:
     """``full`` rings (one or more, sharing the stage index: e.g. K and V of one block), the ``empty``
-    ring (None: a bounce pipeline, freed by its bulk store's read), and the position: ``uses``
+    ring (None: a stage is freed by the bulk store that read it), and the position: ``uses``
     (counted) or ``phase`` (and ``stage`` with more than one stage: stepped). Frozen: the registers
     advance in place, the object does not change."""
     full: tuple[StageRing, ...]
@@ -131,7 +132,7 @@ class Pipeline:
         """Wait until the current slot's stage is free; returns the slot.
 
         With an empty ring: :func:`wait_parity` on ``[empty + 8*stage]`` for ``phase ^ 1`` (``deadline``
-        required, None the explicit opt-out, as there). A bounce pipeline: ``cp.async.bulk.wait_group.read
+        required, None the explicit opt-out, as there). Without one: ``cp.async.bulk.wait_group.read
         pending`` (the store that last read the stage is done with it; ``pending``: later bulk groups that
         may stay in flight); returns None.
         """
@@ -171,8 +172,8 @@ class Pipeline:
         """This thread is done with ``slot``'s stage: ``@pred mbarrier.arrive.shared::cta.b64 _, [empty +
         8*stage];`` (the ring expects one arrival per releasing thread: ``pred`` picks them)."""
         if self.empty is None:
-            raise locate(PTXBuildError("Pipeline.release: a bounce pipeline is freed by its bulk store "
-                                       "(acquire waits for it), it has no empty ring"))
+            raise locate(PTXBuildError("Pipeline.release: there is no empty ring; a stage is freed by the bulk "
+                                       "store that read it (acquire waits for that)"))
         b.mbarrier_arrive(self.empty.bar(b, slot.stage), pred=pred)
 
     # ------------------------------------------------------------------------------------ both

@@ -104,7 +104,8 @@ def test_bounce_pipeline_has_no_stage_arithmetic(form, pending, nbytes, target):
     else:
         pipe = Pipeline.bounce(bar, **{form: state})
     assert sc.emit(lambda b: pipe.acquire(b, pending=pending)) == [f"cp.async.bulk.wait_group.read {pending};"]
-    assert sc.emit(lambda b: pipe.commit(b, nbytes)) == [f"mbarrier.arrive.expect_tx.shared::cta.b64 %r, [%r], {nbytes};"]
+    commit = f"mbarrier.arrive.expect_tx.shared::cta.b64 %r, [%r], {nbytes};"
+    assert sc.emit(lambda b: pipe.commit(b, nbytes)) == [commit]
     parity = ["and.b32 %r, %r, 1;"] if form == "uses" else []
     assert sc.emit(lambda b: pipe.wait(b, deadline=None)) == parity + LOOP
     assert sc.emit(lambda b: pipe.advance(b)) == (["add.u32 %r, %r, 1;"] if form == "uses" else ["xor.b32 %r, %r, 1;"])
@@ -129,7 +130,7 @@ def test_misuse_is_refused_with_the_reason():
     with pytest.raises(PTXBuildError, match="which of the 4 stages"):
         pipe.commit(sc.b, 64)
     bounce = Pipeline.bounce(address(sc.bars), phase=sc.b.mov(u32, 0))
-    with pytest.raises(PTXBuildError, match="no empty ring"):
+    with pytest.raises(PTXBuildError, match="there is no empty ring"):
         bounce.release(sc.b, Slot(0))
     with pytest.raises(PTXBuildError, match="only its current slot"):
         bounce.at(sc.b, sc.idx)
