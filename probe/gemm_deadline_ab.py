@@ -8,14 +8,15 @@ from pkptx.launch import Device, Kernel, Stream, from_dlpack, time_cuda
 from pkptx.ops import common as ops_common
 from pkptx.ops.gemm import gemm, choose_config
 from pkptx.templates.kernels import gemm as g
+from pkptx.primitives import pipeline as pipe  # the GEMM's waits go through Pipeline
 dev = Device(0).set_current()
-orig = g.wait_parity
+orig = pipe.wait_parity
 def variant(bounded, cfg):
-    g.wait_parity = orig if bounded else (lambda b, bar, par, *, deadline, name="mbwait": orig(b, bar, par, deadline=None, name=name))
+    pipe.wait_parity = orig if bounded else (lambda b, bar, par, *, deadline, abandon=False, name="mbwait": orig(b, bar, par, deadline=None, abandon=abandon, name=name))
     try:
         return Kernel.load(g.build(cfg).compile(), dev)
     finally:
-        g.wait_parity = orig
+        pipe.wait_parity = orig
 stream = Stream(); ts = torch.cuda.ExternalStream(stream.handle)
 for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024)]:
     with torch.cuda.stream(ts):

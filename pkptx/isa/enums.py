@@ -1,5 +1,7 @@
-"""String-valued enums for the modifiers that carry meaning: memory ordering, scope, state space,
-comparison and reduction operators. Builder methods accept these or the plain PTX spelling."""
+"""String-valued enums for the memory-ordering modifiers, ``sem=`` and ``scope=`` (style rule 5: ordering
+is always spelled out). Builder methods accept these or the plain PTX spelling; pkptx's own primitives
+and kernels write the enums, and every other modifier (state space, comparison, operator) as its PTX
+word."""
 from __future__ import annotations
 
 from enum import Enum
@@ -25,41 +27,6 @@ class Scope(_PtxEnum):
     CLUSTER = "cluster"
     GPU = "gpu"
     SYS = "sys"
-
-
-class Space(_PtxEnum):
-    GENERIC = ""
-    GLOBAL = "global"
-    SHARED = "shared"
-    SHARED_CTA = "shared::cta"
-    SHARED_CLUSTER = "shared::cluster"
-    LOCAL = "local"
-    PARAM = "param"
-    CONST = "const"
-
-
-class Cmp(_PtxEnum):
-    EQ = "eq"
-    NE = "ne"
-    LT = "lt"
-    LE = "le"
-    GT = "gt"
-    GE = "ge"
-    LO = "lo"
-    LS = "ls"
-    HI = "hi"
-    HS = "hs"
-
-
-class RedOp(_PtxEnum):
-    ADD = "add"
-    MIN = "min"
-    MAX = "max"
-    AND = "and"
-    OR = "or"
-    XOR = "xor"
-    INC = "inc"
-    DEC = "dec"
 
 
 def spell(value) -> str | None:

@@ -39,26 +39,34 @@ class BoundTensorMaps:
         return b.mad(u64, b.cvt(u64, u32, rank), TMAP_BYTES, self.table, mode="lo", name="tmap")
 
 
-def store_async(b: Builder, maps: BoundTensorMaps, dst_rank, coords, smem, *, reduce_op=None) -> None:
-    """One thread stores a shared-memory tile into ``dst_rank``'s buffer at tile ``coords``
-    (``reduce_op='add'|'min'|'max'``: atomically reduces into it, the peer-reduction store).
+def store_async(b: Builder, dst, coords, smem, *, reduce_op=None, commit: bool = True) -> None:
+    """Primitive 1: one thread stores a shared-memory tile at tile ``coords`` of the tensor whose map is
+    at ``dst`` (an address: the local map, ``maps.of(b, rank)`` for a peer's copy, ``maps.of(b, world)``
+    for the multicast copy); ``reduce_op='add'|'min'|'max'`` atomically reduces into it instead.
 
-    PTX: ``cp.async.bulk.tensor.<n>d.global.shared::cta.tile.bulk_group [tmap_r, {coords}], [smem];``
+    PTX: ``cp.async.bulk.tensor.<n>d.global.shared::cta.tile.bulk_group [dst, {coords}], [smem];``
     (or ``cp.reduce.async.bulk.tensor.<n>d.global.shared::cta.<op>.tile.bulk_group``) then
-    ``cp.async.bulk.commit_group;``. Ordering owed by the caller: ``fence.proxy.async.shared::cta``
-    after writing the tile with ordinary stores and a barrier before this; :func:`sync.publish_async_writes`
-    before signalling the destination.
+    ``cp.async.bulk.commit_group;`` (``commit=False``: the caller commits it with later stores, as one
+    bulk group). Ordering owed by the caller: ``fence.proxy.async.shared::cta`` after writing the tile
+    with ordinary stores and a barrier before this; :func:`sync.publish_async_writes` before signalling
+    the destination.
 
     Coordinates (seen on an H200): a store with any negative coordinate kills the CUDA context
     (illegal instruction); past the far edge it is clipped. ``reduce_op`` follows the tensor map's
     element type, and f32 has no min/max reduce (only add).
     """
-    tmap = maps.of(b, dst_rank)
     if reduce_op is None:
-        b.tensor_store(tmap, coords, address(smem))
+        b.tensor_store(dst, coords, address(smem))
     else:
-        b.tensor_reduce(reduce_op, tmap, coords, address(smem))
-    b.bulk_commit_group()
+        b.tensor_reduce(reduce_op, dst, coords, address(smem))
+    if commit:
+        b.bulk_commit_group()
+
+
+def store_add_async(b: Builder, dst, coords, smem, *, commit: bool = True) -> None:
+    """Primitive 2: :func:`store_async` that adds the tile into the destination (the peer-reduction
+    store): ``cp.reduce.async.bulk.tensor.<n>d.global.shared::cta.add.tile.bulk_group``, same contract."""
+    store_async(b, dst, coords, smem, reduce_op="add", commit=commit)
 
 
 def store_async_all(b: Builder, maps: BoundTensorMaps, coords, smem, *, world: Reg, multicast: bool,
@@ -66,10 +74,10 @@ def store_async_all(b: Builder, maps: BoundTensorMaps, coords, smem, *, world: R
     """Broadcast a tile to every rank: one store to the multicast map (index ``world``), or the unicast
     fallback, one store per rank (same result). Same PTX and ordering contract as :func:`store_async`."""
     if multicast:
-        store_async(b, maps, world, coords, smem, reduce_op=reduce_op)
+        store_async(b, maps.of(b, world), coords, smem, reduce_op=reduce_op)
         return
     for r in b.range(0, world, name="dst"):
-        store_async(b, maps, r, coords, smem, reduce_op=reduce_op)
+        store_async(b, maps.of(b, r), coords, smem, reduce_op=reduce_op)
 
 
 def load_async(b: Builder, maps: BoundTensorMaps, src_rank, coords, smem, mbar, tile_bytes: int) -> None:

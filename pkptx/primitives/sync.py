@@ -154,7 +154,7 @@ def wait(b: Builder, flag_addr, expected, *, sem: Sem, scope, deadline: Deadline
                 who = (NO_PEER, 0)
             deadline.report(b, flag_id, expected, seen, missing=who)
     if sem == Sem.RELAXED:
-        b.fence("acq_rel", scope)
+        b.fence(Sem.ACQ_REL, scope)
     return seen
 
 

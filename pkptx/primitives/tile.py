@@ -1,6 +1,6 @@
-"""Cross-rank reduction of one unit (16 bytes by default): ``reduce`` (result into the local copy) and
-``all_reduce`` (result into every copy), each in a multimem form and a unicast form that gives the same
-result.
+"""Cross-rank reduction of one unit (16 bytes by default): :func:`reduce` (result into the local copy)
+and :func:`all_reduce` (result into every copy), each in a multimem form and a unicast form that gives
+the same result.
 
 Sums accumulate in f32 for 16-bit types in both forms (``.acc::f32`` on multimem), rounded once. The
 unicast form also takes narrower units (8, 4 or 2 bytes: the scalar path for rows whose length is not
@@ -9,7 +9,7 @@ a multiple of 16 bytes) and a destination offset different from the source's (re
 from __future__ import annotations
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Imm, Reg, address, b16, b32, bf16, bf16x2, f16, f16x2, f32, ptx_type, u64
+from ..isa import Builder, Imm, Reg, Scope, Sem, address, b16, b32, bf16, bf16x2, f16, f16x2, f32, ptx_type, u64
 from ..isa.instruction import locate
 from .layout import BoundLayout
 from .p2p import load_unit, store_unit
@@ -20,7 +20,7 @@ _PAIR = {"bf16": bf16x2, "f16": f16x2}
 
 
 def _op(op) -> str:
-    key = str(getattr(op, "value", op))
+    key = str(op)
     if key not in _OPS:
         raise locate(PTXBuildError(f"reduce op must be one of sum/max/min, got {op!r}"))
     return _OPS[key]
@@ -107,11 +107,11 @@ def multimem_reduce(b: Builder, data: BoundLayout, offset, *, ty, op, rank: Reg,
     dst_offsets = offsets if dst_offset is None else (tuple(dst_offset) if batch else (dst_offset,))
     ty, kind = ptx_type(ty), _op(op)
     vec_ty = f32 if ty is f32 else _PAIR[ty.name]
-    values = [b.multimem_ld_reduce(kind, vec_ty, address(b.add(u64, data.mc, off)), sem="relaxed", scope="sys",
+    values = [b.multimem_ld_reduce(kind, vec_ty, address(b.add(u64, data.mc, off)), sem=Sem.RELAXED, scope=Scope.SYS,
                                    vec=4, acc_f32=kind == "add" and ty is not f32) for off in offsets]
     for value, off in zip(values, dst_offsets):
         if write_all:
-            b.multimem_st(vec_ty, address(b.add(u64, dst.mc, off)), value, sem="relaxed", scope="sys")
+            b.multimem_st(vec_ty, address(b.add(u64, dst.mc, off)), value, sem=Sem.RELAXED, scope=Scope.SYS)
         else:
             b.st(b32, address(b.add(u64, dst.peer(b, rank), off)), value, space="global")
     return values if batch else values[0]
@@ -130,3 +130,19 @@ def reduce_vector(b: Builder, data: BoundLayout, offset, *, ty, op, world: Reg, 
                                dst_offset=dst_offset)
     return unicast_reduce(b, data, offset, ty=ty, op=op, world=world, rank=rank, write_all=write_all, dst=dst,
                           dst_offset=dst_offset, width=width)
+
+
+def reduce(b: Builder, data: BoundLayout, offset, *, ty, op, world: Reg, rank: Reg, multicast: bool,
+           dst: BoundLayout | None = None, dst_offset=None, width: int = 16):
+    """Primitive 3: the unit(s) at ``offset`` reduced over every rank, into this rank's copy of ``dst``
+    (default ``data``): :func:`reduce_vector` with ``write_all=False``."""
+    return reduce_vector(b, data, offset, ty=ty, op=op, world=world, rank=rank, write_all=False,
+                         multicast=multicast, dst=dst, dst_offset=dst_offset, width=width)
+
+
+def all_reduce(b: Builder, data: BoundLayout, offset, *, ty, op, world: Reg, rank: Reg, multicast: bool,
+               dst: BoundLayout | None = None, dst_offset=None, width: int = 16):
+    """Primitive 4: the unit(s) at ``offset`` reduced over every rank, into every rank's copy of ``dst``
+    (default ``data``): :func:`reduce_vector` with ``write_all=True``."""
+    return reduce_vector(b, data, offset, ty=ty, op=op, world=world, rank=rank, write_all=True,
+                         multicast=multicast, dst=dst, dst_offset=dst_offset, width=width)

@@ -1,5 +1,5 @@
 """The pieces every GEMM-shaped kernel shares (plain GEMM, GEMM+RS, AG+GEMM, GEMM+AR): the grouped
-persistent tile order, ring-stage arithmetic, one k-block of wgmma from a stage, and the epilogue that
+persistent tile order, one k-block of wgmma from a stage, and the epilogue that
 stages a warpgroup's accumulators in shared memory (128-byte swizzled 64-row sub-tiles) for TMA.
 
 Shared-memory operand layouts (all written by TMA with 128-byte swizzle):
@@ -12,6 +12,7 @@ Shared-memory operand layouts (all written by TMA with 128-byte swizzle):
 from __future__ import annotations
 
 from ..isa import Builder, Reg, Vec, address, b32, f32, u32
+from ..primitives.pipeline import stage_phase as stage_of  # noqa: F401  (attention's rings, until they are Pipelines)
 from ..primitives.wgmma import advance, smem_desc, warp_quad
 from .lcsc import Ctx
 
@@ -34,15 +35,6 @@ def tile_of(ctx: Ctx, task, group_m: int):
     inner = b.rem(u32, task, per_group, name="in_group")
     return (b.add(u32, first_m, b.rem(u32, inner, rows), name="tile_m"),
             b.div(u32, inner, rows, name="tile_n"))
-
-
-def stage_of(b: Builder, it, stages: int):
-    """(stage, phase parity) of the it-th k-block: masks and shifts for 2^n stages (this sits on the
-    consumers' critical path, and ptxas leaves a general division there)."""
-    if stages & (stages - 1) == 0:
-        return (b.and_(b32, it, stages - 1, name="stage"),
-                b.and_(b32, b.shr(u32, it, stages.bit_length() - 1), 1, name="phase"))
-    return b.rem(u32, it, stages, name="stage"), b.and_(b32, b.div(u32, it, stages), 1, name="phase")
 
 
 def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:

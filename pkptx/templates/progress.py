@@ -36,7 +36,7 @@ counters are shared; after a timeout the words are out of step and the heap must
 from __future__ import annotations
 
 from ..errors import PTXBuildError
-from ..isa import Reg, Sem, address, u32, u64
+from ..isa import Reg, Scope, Sem, address, u32, u64
 from ..primitives.layout import ParallelLayout
 from ..primitives.sync import flag_address, stamp, wait_peers
 
@@ -65,10 +65,10 @@ def take_ticket(b, k, rank: Reg, flags, tid: Reg) -> tuple[Reg, Reg, Reg]:
     slot = b.mov(u32, k.shared("ticket_slot", 4 * _SLOTS, 4), name="ticket_slot")
     with b.if_then(b.setp("eq", u32, tid, 0, name="ticket_taker")):
         base = b.ld(u32, address(flag_address(b, flags, rank, LAUNCH_BASE)), space="global", sem=Sem.RELAXED,
-                    scope="gpu", name="launch_base_seen")
+                    scope=Scope.GPU, name="launch_base_seen")
         rounds = b.ld(u32, address(flag_address(b, flags, rank, ROUNDS)), space="global", sem=Sem.RELAXED,
-                      scope="gpu", name="rounds_seen")
-        raw = b.atom("add", u32, address(flag_address(b, flags, rank, STARTED)), 1, sem=Sem.RELAXED, scope="gpu",
+                      scope=Scope.GPU, name="rounds_seen")
+        raw = b.atom("add", u32, address(flag_address(b, flags, rank, STARTED)), 1, sem=Sem.RELAXED, scope=Scope.GPU,
                      space="global", name="ticket_raw")
         for i, value in enumerate((b.sub(u32, raw, base), base, rounds)):
             b.st(u32, address(slot, 4 * i), value, space="shared")
@@ -112,7 +112,7 @@ def close_barrier(ctx, round_in_launch: int, *, multicast: bool) -> None:
     with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="finish_thread")):
         flags = ctx.layouts[FLAGS.name]
         done = b.atom("add", u32, address(flag_address(b, flags, ctx.rank, FINISHED)), 1, sem=Sem.ACQ_REL,
-                      scope="sys", space="global", name="finished_before")
+                      scope=Scope.SYS, space="global", name="finished_before")
         order = b.sub(u32, done, ctx.launch_base, name="finish_order")
         nblocks = b.special("nctaid.x")
         with b.if_then(b.setp("eq", u32, b.add(u32, order, 1), nblocks, name="last_block")):
@@ -120,9 +120,9 @@ def close_barrier(ctx, round_in_launch: int, *, multicast: bool) -> None:
             _arrive(ctx, target, multicast=multicast)
             _wait_ranks(ctx, target, multicast=multicast)
             b.st(u32, address(flag_address(b, flags, ctx.rank, ROUNDS)), target, space="global", sem=Sem.RELAXED,
-                 scope="gpu")
+                 scope=Scope.GPU)
             b.st(u32, address(flag_address(b, flags, ctx.rank, LAUNCH_BASE)), b.add(u32, ctx.launch_base, nblocks),
-                 space="global", sem=Sem.RELAXED, scope="gpu")
+                 space="global", sem=Sem.RELAXED, scope=Scope.GPU)
 
 
 def _arrive(ctx, target: Reg, *, multicast: bool) -> None:
@@ -135,10 +135,10 @@ def _arrive(ctx, target: Reg, *, multicast: bool) -> None:
     index = b.add(u32, ctx.rank, ARRIVED, name="my_slot")
     if multicast:
         mc = b.add(u64, flags.mc, b.mul(u32, index, 4, mode="wide"))
-        b.multimem_st(u32, address(mc), target, sem="release", scope="sys")
+        b.multimem_st(u32, address(mc), target, sem=Sem.RELEASE, scope=Scope.SYS)
         return
     for r in b.range(0, ctx.world, name="peer"):
-        stamp(b, flag_address(b, flags, r, index), target, sem=Sem.RELEASE, scope="sys")
+        stamp(b, flag_address(b, flags, r, index), target, sem=Sem.RELEASE, scope=Scope.SYS)
 
 
 def _wait_ranks(ctx, target: Reg, *, multicast: bool) -> None:
@@ -146,5 +146,5 @@ def _wait_ranks(ctx, target: Reg, *, multicast: bool) -> None:
     if multicast:       # the store went through the multicast address, the wait reads the unicast one
         b.fence_proxy_alias()
     slots = flag_address(b, ctx.layouts[FLAGS.name], ctx.rank, ARRIVED)
-    wait_peers(b, slots, ctx.world, target, sem=Sem.ACQUIRE, scope="sys", deadline=ctx.deadline,
+    wait_peers(b, slots, ctx.world, target, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline,
                flag_id=b.mov(u32, BARRIER_FLAG_ID))

@@ -16,7 +16,7 @@ the acquire before every thread's ``ld.global`` of the other partials).
 """
 from __future__ import annotations
 
-from ..isa import Builder, Reg, Sem, Vec, address, f32, u32, u64
+from ..isa import Builder, Reg, Scope, Sem, Vec, address, f32, u32, u64
 from .gemm_parts import SUBTILE_ROWS
 from .lcsc import WARPGROUP
 
@@ -69,7 +69,7 @@ def reduce_slab(b: Builder, acc, *, tile_n: int, slab, k_slice, splits, workspac
     leader = b.setp("eq", u32, wg_tid, 0, name="ticket_leader")
     counter = b.add(u64, tickets, b.mul(u32, slab, 4, mode="wide"), name="ticket_addr")
     with b.if_then(leader):
-        old = b.atom("add", u32, address(counter), 1, sem=Sem.ACQ_REL, scope="gpu", space="global",
+        old = b.atom("add", u32, address(counter), 1, sem=Sem.ACQ_REL, scope=Scope.GPU, space="global",
                      name="ticket")
         b.st(u32, address(ticket_smem), old, space="shared")
     b.bar_sync(barrier_id, WARPGROUP)
@@ -77,7 +77,7 @@ def reduce_slab(b: Builder, acc, *, tile_n: int, slab, k_slice, splits, workspac
     last = b.setp("eq", u32, b.add(u32, drawn, 1), splits, name="last_slice")
     with b.if_then(last, uniform=True):
         # Every slice has arrived: nobody touches the counter again in this launch.
-        b.st(u32, address(counter), 0, space="global", sem=Sem.RELAXED, scope="gpu", pred=leader)
+        b.st(u32, address(counter), 0, space="global", sem=Sem.RELAXED, scope=Scope.GPU, pred=leader)
         base = slot_base(first_slot)
         for q in range(quads):
             b.ld(f32, address(base, q * QUAD_BYTES), space="global", vec=4, into=Vec(acc.items[4 * q:4 * q + 4]))

@@ -90,7 +90,7 @@ def test_the_publish_checker_catches_a_read_only_wait():
     """The checker itself: a signal after ``wait_group.read`` (the reference code's mistake) is flagged."""
     sc = Scratch()
     addr = sc.flag(1, 0)
-    sc.emit(lambda b: store_async(b, sc.maps["t"], 1, [0, 0], sc.smem))
+    sc.emit(lambda b: store_async(b, sc.maps["t"].of(b, 1), [0, 0], sc.smem))
     sc.emit(lambda b: b.bulk_wait_group(0, read=True))
     sc.emit(lambda b: signal(b, addr, 1, sem=Sem.RELEASE, scope="sys"))
     bad = S.unpublished_signals(S.body_lines(sc.assemble()))
@@ -208,7 +208,7 @@ def test_tiles_written_by_threads_are_fenced_before_tma_reads_them():
 def test_the_shared_handoff_checker_catches_a_missing_fence():
     sc = Scratch()
     sc.emit(lambda b: b.st(b32, address(sc.smem), b.mov(b32, 1), space="shared"))
-    sc.emit(lambda b: store_async(b, sc.maps["t"], 0, [0, 0], sc.smem))
+    sc.emit(lambda b: store_async(b, sc.maps["t"].of(b, 0), [0, 0], sc.smem))
     assert len(S.unfenced_shared_handoffs(S.body_lines(sc.assemble()))) == 1
 
 

@@ -15,7 +15,8 @@ from pkptx.errors import PkptxError, PTXBuildError
 from pkptx.isa import Param, Scope, Sem, b32, b8, s32, u32, u64
 from pkptx.primitives import StageRing, wait_parity
 from pkptx.primitives.layout import ParallelLayout, WorldParams, add_layout_params
-from pkptx.primitives.p2p import TMAP_BYTES, load_async, peer_load, peer_red, peer_store, store_async, store_async_all
+from pkptx.primitives.p2p import (TMAP_BYTES, load_async, peer_load, peer_red, peer_store, store_add_async, store_async,
+                                  store_async_all)
 from pkptx.primitives.sync import (STATUS_WORDS, barrier, publish_async_writes, signal, signal_all, stamp, wait,
                                    wait_peers)
 from pkptx.primitives.tile import multimem_reduce, reduce_vector, unicast_reduce
@@ -175,12 +176,24 @@ def test_store_async_is_one_tensor_store_and_a_commit(coords, op, rank, target):
     sc = Scratch(target=target)
     c = sc.coords(coords)
     dst = sc.rank if rank == "r" else rank
-    lines = sc.emit(lambda b: store_async(b, sc.maps["t"], dst, c, sc.smem, reduce_op=op))
+    lines = sc.emit(lambda b: store_async(b, sc.maps["t"].of(b, dst), c, sc.smem, reduce_op=op))
     d = f"{len(coords)}d"
     store = (f"cp.async.bulk.tensor.{d}.global.shared::cta.tile.bulk_group" if op is None
              else f"cp.reduce.async.bulk.tensor.{d}.global.shared::cta.{op}.tile.bulk_group")
     assert lines == tmap_lines(rank) + [f"{store} [%r, {{{coord_text(coords)}}}], [%r];",
                                         "cp.async.bulk.commit_group;"]
+    sc.assemble()
+
+
+@FAST
+@given(coords=coords_st, commit=st.booleans(), target=targets)
+def test_store_add_async_is_the_add_reduce_store(coords, commit, target):
+    sc = Scratch(target=target)
+    c = sc.coords(coords)
+    tmap = sc.maps["t"].of(sc.b, 1)
+    lines = sc.emit(lambda b: store_add_async(b, tmap, c, sc.smem, commit=commit))
+    assert lines == [f"cp.reduce.async.bulk.tensor.{len(coords)}d.global.shared::cta.add.tile.bulk_group "
+                     f"[%r, {{{coord_text(coords)}}}], [%r];"] + ["cp.async.bulk.commit_group;"] * commit
     sc.assemble()
 
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...isa import Param, Sem, address, u32, u64
-from ...primitives import wait_parity
+from ...isa import Param, Scope, Sem, address, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, stamp, wait
 from ..progress import FLAGS, close_barrier
@@ -52,7 +51,7 @@ def build(cfg: Config = Config()):
         owner = b.div(u32, b.mul(u32, tm, g.tile_m, mode="lo"), ctx.param("rows_per_rank"), name="row_owner")
         with b.if_then(b.setp("ne", u32, owner, ctx.rank, name="remote_rows")):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.epoch, sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=tm, peer=owner)
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=tm, peer=owner)
             b.fence_proxy_async("global")
 
     def comm_tasks(ctx):
@@ -67,14 +66,14 @@ def build(cfg: Config = Config()):
             block_bytes = b.mul(u32, ctx.param("row_bytes"), g.tile_m, mode="lo", name="block_bytes")
             first = b.mul(u32, tm, block_bytes, mode="wide", name="block_offset")
             local = b.add(u64, ctx.layouts["a"].peer(b, ctx.rank), first, name="block_src")
-            bar, buf = ctx.rings["full"].bar(b, 0), ctx.smem["smem_a"]
+            pipe, buf = gemm.comm_bounce(ctx)
             for done in b.range(0, block_bytes, CHUNK, name="chunk"):
                 size = b.min(u32, b.sub(u32, block_bytes, done), CHUNK, name="chunk_bytes")
-                b.bulk_wait_group(0, read=True)          # the last chunk has left shared memory
-                b.mbarrier_arrive_expect_tx(bar, size)
+                pipe.acquire(b)                          # the last chunk has left shared memory
+                bar = pipe.commit(b, size)
                 b.bulk_load(address(buf), address(b.add(u64, local, b.cvt(u64, u32, done))), size, bar)
-                wait_parity(b, bar, ctx.param("it"), deadline=ctx.deadline, name="chunk_in")
-                b.xor("b32", ctx.param("it"), 1, into=ctx.param("it"))
+                pipe.wait(b, deadline=ctx.deadline, name="chunk_in")
+                pipe.advance(b)
                 for peer in b.range(0, ctx.world, name="dst"):
                     with b.if_then(b.setp("ne", u32, peer, ctx.rank, name="is_peer")):
                         dst = b.add(u64, b.add(u64, ctx.layouts["a"].peer(b, peer), first), b.cvt(u64, u32, done))
@@ -82,7 +81,7 @@ def build(cfg: Config = Config()):
                 b.bulk_commit_group()
             publish_async_writes(b)
             for peer in b.range(0, ctx.world, name="dst"):
-                stamp(b, flag_address(b, ctx.layouts["ready"], peer, tm), ctx.epoch, sem=Sem.RELEASE, scope="sys")
+                stamp(b, flag_address(b, ctx.layouts["ready"], peer, tm), ctx.epoch, sem=Sem.RELEASE, scope=Scope.SYS)
 
     parts = gemm.roles(g, store=gemm.store_c(g), tile=own_rows_first, before_a=await_rows)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import address, f32, u64
+from ...isa import Scope, Sem, address, f32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import load_unit, store_unit
 from ..runs import WIDTHS, RunMap, build_runs, peer_order, peers
@@ -55,7 +55,7 @@ def build(cfg: Config):
         b, mine = ctx.b, ctx.layouts["src"].peer(ctx.b, ctx.rank, name="shard")
         if cfg.multicast:
             v = b.ld(f32, address(b.add(u64, mine, src)), space="global", vec=4, name="v")
-            b.multimem_st(f32, address(b.add(u64, ctx.layouts["dst"].mc, dst)), v, sem="relaxed", scope="sys")
+            b.multimem_st(f32, address(b.add(u64, ctx.layouts["dst"].mc, dst)), v, sem=Sem.RELAXED, scope=Scope.SYS)
             return
         words = load_unit(b, b.add(u64, mine, src), cfg.width)
         for d in peers(b, ctx.rank, ctx.world):

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import PTXBuildError
 from ...isa import Param, u32
 from ...primitives.layout import ParallelLayout
-from ...primitives.tile import reduce_vector
+from ...primitives import all_reduce, reduce
 from ..collective import build_collective, collective_template
 
 SRC, DST = ParallelLayout("src"), ParallelLayout("dst")
@@ -61,9 +61,9 @@ def build(cfg: Config):
         b = ctx.b
         v = b.add(u32, ctx.param("first"), b.mad(u32, task, cfg.threads, ctx.role_tid, mode="lo"), name="vec")
         with b.if_then(b.setp("lt", u32, v, ctx.param("end"))):
-            reduce_vector(b, ctx.layouts["src"], b.mul(u32, v, 16, mode="wide"), ty=cfg.dtype, op=cfg.op,
-                          world=ctx.world, rank=ctx.rank, write_all=two_shot, multicast=cfg.multicast,
-                          dst=ctx.layouts["dst"])
+            (all_reduce if two_shot else reduce)(b, ctx.layouts["src"], b.mul(u32, v, 16, mode="wide"), ty=cfg.dtype,
+                                                 op=cfg.op, world=ctx.world, rank=ctx.rank, multicast=cfg.multicast,
+                                                 dst=ctx.layouts["dst"])
 
     return build_collective(t, comm_tasks=comm_tasks, communicator=communicator, multicast=cfg.multicast)
 

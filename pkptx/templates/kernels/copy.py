@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Kernel, Param, address, b32, u32, u64
-from ...primitives import StageRing, wait_parity
+from ...isa import Kernel, Param, address, u32, u64
+from ...primitives import Pipeline, StageRing
 from ...primitives.sync import Deadline
 
 
@@ -50,6 +50,7 @@ def build(cfg: Config = Config()) -> Kernel:
     ring = StageRing(b.mov(u32, k.shared("full", 8 * cfg.stages, align=8), name="full"), cfg.stages)
     leader = b.elect()
     ring.init(b, 1, leader=leader)
+    pipe = Pipeline((ring,))     # freed by the bulk store that read the stage; stepped once the loads run ahead
     with b.if_then(leader):
         dst, src, nbytes = b.load_param("dst"), b.load_param("src"), b.load_param("nbytes")
         deadline = Deadline.start(b, rank=b.mov(u32, 0, name="rank"))
@@ -67,28 +68,23 @@ def build(cfg: Config = Config()) -> Kernel:
 
         def issue_load(j, stage):
             off, size, smem = chunk_io(j, stage)
-            bar = ring.bar(b, stage)
-            b.mbarrier_arrive_expect_tx(bar, size)
+            bar = pipe.commit(b, size, stage=stage)
             b.bulk_load(address(smem), address(b.add(u64, src, off)), size, bar)
 
         with b.if_then(b.setp("lt", u64, cta, chunks)):
             for j in b.range(0, b.min(u64, mine, cfg.stages - 1), ty=u64, name="pro"):
                 issue_load(j, b.cvt(u32, u64, j, name="pro_stage"))
-            stage, parity = b.mov(u32, 0, name="stage"), b.mov(u32, 0, name="parity")   # of chunk j
+            pipe = pipe.stepped(b)                      # at chunk j
             for j in b.range(0, mine, ty=u64, name="j"):
-                wait_parity(b, ring.bar(b, stage), parity, deadline=deadline)
+                stage = pipe.wait(b, deadline=deadline).stage
                 off, size, smem = chunk_io(j, stage)
                 b.bulk_store(address(b.add(u64, dst, off)), address(smem), size)
                 b.bulk_commit_group()
                 ahead = b.add(u64, j, cfg.stages - 1, name="ahead")
                 with b.if_then(b.setp("lt", u64, ahead, mine)):
-                    b.bulk_wait_group(1, read=True)     # the store that last used this stage has read it
-                    first = b.setp("eq", u32, stage, 0, name="first_stage")
-                    issue_load(ahead, b.selp(u32, cfg.stages - 1, b.sub(u32, stage, 1), first, name="prev_stage"))
-                b.add(u32, stage, 1, into=stage)
-                wrap = b.setp("eq", u32, stage, cfg.stages, name="wrap")
-                b.selp(u32, 0, stage, wrap, into=stage)
-                b.xor(b32, parity, b.selp(u32, 1, 0, wrap), into=parity)
+                    pipe.acquire(b, pending=1)          # the store that last used this stage has read it
+                    issue_load(ahead, pipe.behind(b).stage)
+                pipe.advance(b)
             b.bulk_wait_group(0)
     b.ret()
     return k

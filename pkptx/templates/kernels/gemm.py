@@ -20,10 +20,9 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, address, b8, f32, u32, u64
-from ...primitives import wait_parity
+from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import (BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, stage_of,
-                          store_fragments, tile_of)
+from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 
@@ -108,16 +107,24 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
 
+def pipeline(ctx) -> Pipeline:
+    """The k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp), counted by ``it``."""
+    return Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=ctx.param("it"))
+
+
+def comm_bounce(ctx):
+    """For a communicator block (no compute role runs there): a bounce pipeline on stage 0's full barrier, its phase
+    bit the idle ``it``, and the stage buffers from their start (``stages * (a_bytes + b_bytes)`` bytes)."""
+    return Pipeline.bounce(ctx.rings["full"].bar(ctx.b, 0), phase=ctx.param("it")), ctx.smem["smem_a"]
+
+
 def load_k_block(ctx, cfg: Config, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
     """The loader lane's work for k-block ``kb``: wait for a free stage, announce its bytes, TMA-load A's
     rows from ``row`` and B's from ``col`` (``b_extra``: B's further coordinates, e.g. the expert of a
-    grouped GEMM), then advance the ring counter ``it``."""
-    b = ctx.b
-    stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-    wait_parity(b, ctx.rings["empty"].bar(b, stage), b.xor("b32", phase, 1), deadline=ctx.deadline,
-                name="wait_free")
-    full = ctx.rings["full"].bar(b, stage)
-    b.mbarrier_arrive_expect_tx(full, cfg.a_bytes + cfg.b_bytes)
+    grouped GEMM), then advance the ring."""
+    b, pipe = ctx.b, pipeline(ctx)
+    stage = pipe.acquire(b, deadline=ctx.deadline).stage
+    full = pipe.commit(b, cfg.a_bytes + cfg.b_bytes, stage=stage)
     k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
     a_dst = b.mad(u32, stage, cfg.a_bytes, ctx.smem["smem_a"], mode="lo", name="a_dst")
     b_dst = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_dst")
@@ -128,7 +135,7 @@ def load_k_block(ctx, cfg: Config, kb, tmap_a, tmap_b, row, col, *b_extra) -> No
         for box in range(cfg.tile_n // BOX_COLS):
             b.tensor_load(address(b_dst, box * TILE_K * 128), tmap_b,
                           (b.add(u32, col, box * BOX_COLS), k0, *b_extra), full)
-    b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+    pipe.advance(b)
 
 
 def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
@@ -173,14 +180,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         acc = b.regs(f32, cfg.tile_n // 2, name="acc")
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
-
-        def release(it_done):
-            b.mbarrier_arrive(ctx.rings["empty"].bar(b, stage_of(b, it_done, cfg.stages)[0]), pred=lane0)
-
+        pipe = pipeline(ctx)
         for kb in b.range(kb_first, kb_end, name="kb"):
-            stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-            wait_parity(b, ctx.rings["full"].bar(b, stage), phase, deadline=ctx.deadline, abandon=True,
-                        name="wait_full")
+            stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
             a_tile = b.mad(u32, stage, cfg.a_bytes, b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo"),
                            mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
@@ -188,10 +190,10 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
                         first=b.setp("eq", u32, kb, kb_first, name="first_k"))
             with b.if_then(b.setp("ne", u32, kb, kb_first, name="not_first"), uniform=True):
                 b.wgmma_wait_group(1)          # the previous k-block's wgmma are done with their stage
-                release(b.sub(u32, ctx.param("it"), 1))
-            b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                pipe.release(b, pipe.behind(b), pred=lane0)
+            pipe.advance(b)
         b.wgmma_wait_group(0)
-        release(b.sub(u32, ctx.param("it"), 1))
+        pipe.release(b, pipe.behind(b), pred=lane0)
         staging = (b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
                    if cfg.staging_bytes else None)
         if not cfg.split_k:
@@ -223,13 +225,15 @@ def slab_origin(ctx, cfg: Config, tm, tn, wg):
 def store_c(cfg: Config):
     """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor."""
     def store(ctx, acc, tm, tn, wg, staging):
-        b = ctx.b
-        tmap_c = tensor_map_param(b, "tmap_c")
-        row, col = slab_origin(ctx, cfg, tm, tn, wg)
-        stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
-                           issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
-                                                                    address(sub)))
+        store_slab(ctx, cfg, acc, wg, staging, tensor_map_param(ctx.b, "tmap_c"), *slab_origin(ctx, cfg, tm, tn, wg))
     return store
+
+
+def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
+    """TMA-store a warpgroup's slab at (row, col) of ``tmap``'s tensor, through its staging buffer."""
+    b = ctx.b
+    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
+                       issue=lambda sub, off: store_async(b, tmap, (b.add(u32, col, off), row), sub, commit=False))
 
 
 def store_direct(cfg: Config):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Sem, u32, u64
+from ...isa import Param, Scope, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, stamp, wait_peers
-from ...primitives.tile import reduce_vector
+from ...primitives import all_reduce
 from ..gemm_parts import tile_of
 from ..progress import FLAGS, close_barrier
 from . import gemm
@@ -61,7 +61,7 @@ def build(cfg: Config = Config()):
             owner = b.rem(u32, tile, ctx.world, name="tile_owner")
             slot = b.mad(u32, b.mad(u32, tile, ctx.world, ctx.rank, mode="lo"), g.consumers, wg, mode="lo",
                          name="done_slot")
-            stamp(b, flag_address(b, ctx.layouts["done"], owner, slot), ctx.epoch, sem=Sem.RELEASE, scope="sys")
+            stamp(b, flag_address(b, ctx.layouts["done"], owner, slot), ctx.epoch, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def reduce_tile(ctx, task):
         """Walk the tiles in the compute blocks' (grouped) order, so the tile waited for is one the
@@ -73,7 +73,7 @@ def build(cfg: Config = Config()):
             with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
                 first = b.mul(u32, tile, b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo", name="tile_slots")
                 wait_peers(b, flag_address(b, ctx.layouts["done"], ctx.rank, first), ctx.world, ctx.epoch,
-                           per_peer=g.consumers, sem=Sem.ACQUIRE, scope="sys", deadline=ctx.deadline, flag_id=tile)
+                           per_peer=g.consumers, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline, flag_id=tile)
             b.bar_sync(0)
             row0 = b.mul(u32, tm, g.tile_m, mode="lo", name="ar_row0")
             col0 = b.mul(u32, tn, g.tile_n, mode="lo", name="ar_col0")
@@ -104,8 +104,8 @@ def build(cfg: Config = Config()):
                 first = b.mad(u32, step, REDUCE_THREADS * BATCH, ctx.tid, mode="lo", name="ar_first")
                 offsets = tuple(element_offset(ctx, row0, col0, b.add(u32, first, j * REDUCE_THREADS))[0]
                                 for j in range(BATCH))
-                reduce_vector(b, ctx.layouts["c"], offsets, ty=g.out_dtype, op="sum", world=ctx.world,
-                              rank=ctx.rank, write_all=True, multicast=cfg.multicast)
+                all_reduce(b, ctx.layouts["c"], offsets, ty=g.out_dtype, op="sum", world=ctx.world, rank=ctx.rank,
+                           multicast=cfg.multicast)
 
     def reduce_edge_tile(ctx, row0, col0):
         """A tile that C's edge cuts: one vector per thread-step, each inside C."""
@@ -115,8 +115,8 @@ def build(cfg: Config = Config()):
             inside = b.setp("lt", u32, col, ctx.param("n"), combine="and",
                             c=b.setp("lt", u32, row, ctx.param("m")), name="in_c")
             with b.if_then(inside):
-                reduce_vector(b, ctx.layouts["c"], offset, ty=g.out_dtype, op="sum", world=ctx.world,
-                              rank=ctx.rank, write_all=True, multicast=cfg.multicast)
+                all_reduce(b, ctx.layouts["c"], offset, ty=g.out_dtype, op="sum", world=ctx.world, rank=ctx.rank,
+                           multicast=cfg.multicast)
 
     parts = gemm.roles(g, store=store)
 

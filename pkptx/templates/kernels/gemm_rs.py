@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, address, u32
-from ...primitives.p2p import TensorMapTable
+from ...isa import Param, u32
+from ...primitives.p2p import TensorMapTable, store_add_async
 from ..progress import FLAGS, close_barrier, open_barrier
 from ..gemm_parts import stage_accumulators, tile_of
 from . import gemm
@@ -54,8 +54,8 @@ def build(cfg: Config = Config()):
         local_row = b.sub(u32, row, b.mul(u32, owner, ctx.param("rows_per_rank"), mode="lo"), name="owner_row")
         tmap = ctx.tmaps["c"].of(b, owner)
         stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
-                           issue=lambda sub, offset: b.tensor_reduce("add", tmap, (b.add(u32, col, offset),
-                                                                                    local_row), address(sub)))
+                           issue=lambda sub, offset: store_add_async(b, tmap, (b.add(u32, col, offset), local_row),
+                                                                     sub, commit=False))
 
     def epilogue(ctx):
         """Every add issued by this block has landed in its owner (not just left shared memory), then

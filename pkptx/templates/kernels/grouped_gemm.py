@@ -31,7 +31,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, address, b32, f32, s32, u32, u64
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..gemm_parts import stage_accumulators, tile_of
+from ..gemm_parts import tile_of
 from ..lcsc import Buffer
 from . import gemm
 
@@ -194,10 +194,7 @@ def store(cfg: Config):
         inside = b.setp("le", u32, b.add(u32, row, 64), ctx.param("row_end"), name="slab_inside")
         with b.if_else(inside, uniform=True) as (tma, registers):
             with tma:
-                tmap_c = tensor_map_param(b, "tmap_c")
-                stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
-                                   issue=lambda sub, offset: b.tensor_store(tmap_c, (b.add(u32, col, offset), row),
-                                                                            address(sub)))
+                gemm.store_slab(ctx, g, acc, wg, staging, tensor_map_param(b, "tmap_c"), row, col)
             with registers:
                 store_tail(ctx, cfg, acc, row, col)
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Sem, address, b32, s32, u32, u64
-from ...primitives import wait_parity
+from ...isa import Param, Scope, Sem, address, b32, s32, u32, u64
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ..lcsc import WINDOW_SLACK, Buffer, Ring, Template
@@ -115,7 +115,7 @@ def emit_send_order(ctx, each, word, global_word) -> None:
                 pos = b.ld(u32, global_word(ctx.param("slots"), p), space="global", name="pos")
                 b.add(u32, b.ld(u32, word(base, e), space="shared"), pos, into=at)
             with dropped:
-                taken = b.atom("add", u32, address(ctx.smem["dropped"]), 1, sem=Sem.RELAXED, scope="cta",
+                taken = b.atom("add", u32, address(ctx.smem["dropped"]), 1, sem=Sem.RELAXED, scope=Scope.CTA,
                                space="shared", name="dropped_before")
                 b.sub(u32, last, taken, into=at)
         b.st(u32, global_word(ctx.param("order"), at), p, space="global")
@@ -157,7 +157,7 @@ def build_route(cfg: Config = Config()):
             e = b.ld(u32, global_word(ctx.param("ids"), p), space="global", nc=True, name="expert")
             valid = b.setp("lt", u32, e, experts, name="valid_expert")
             pos = b.mov(u32, 0xFFFFFFFF, name="pos")
-            b.atom("add", u32, word(hist, e), 1, sem=Sem.RELAXED, scope="cta", space="shared", into=pos, pred=valid)
+            b.atom("add", u32, word(hist, e), 1, sem=Sem.RELAXED, scope=Scope.CTA, space="shared", into=pos, pred=valid)
             b.st(u32, global_word(ctx.param("slots"), p), pos, space="global")
         b.bar_sync(0)
         row = b.mul(u32, ctx.rank, experts, mode="lo", name="my_row")
@@ -170,12 +170,12 @@ def build_route(cfg: Config = Config()):
         signaller = b.setp("eq", u32, tid, 0, name="signaller")
         with b.if_then(signaller):
             for d in b.range(0, ctx.world, name="dst"):
-                signal(b, flag_address(b, ctx.layouts["ready"], d, 0), 1, sem=Sem.RELEASE, scope="sys")
+                signal(b, flag_address(b, ctx.layouts["ready"], d, 0), 1, sem=Sem.RELEASE, scope=Scope.SYS)
         emit_send_order(ctx, each, word, global_word)               # while the peers' counts come in
         with b.if_then(signaller):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, 0),
                  b.mul(u32, ctx.param("epoch"), ctx.world, mode="lo", name="ready_expected"), sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=b.mov(u32, 0))
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.mov(u32, 0))
         b.bar_sync(0)                  # every thread now sees every rank's counts (weak loads below)
         counts, local = ctx.layouts["counts"].peer(b, ctx.rank, name="matrix"), ctx.param("local")
 
@@ -243,7 +243,7 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                 owner = b.div(u32, expert, ctx.param("local"), name="owner")
                 token = b.div(u32, pair, ctx.param("topk"), name="token")
                 buf = b.mad(u32, warp, chunk, ctx.smem[buffer], mode="lo", name="row_buffer")
-                bar = ctx.rings["rows_in"].bar(b, warp)
+                pipe = Pipeline.bounce(ctx.rings["rows_in"].bar(b, warp), phase=ctx.param("push_phase"))
                 row_bytes = b.cvt(u64, u32, ctx.param("row_bytes"), name="row_bytes64")
                 src = b.mad(u64, b.cvt(u64, u32, token), row_bytes, ctx.param("x"), mode="lo", name="token_row")
                 dst = b.mad(u64, b.cvt(u64, s32, slot), row_bytes, ctx.layouts["recv"].peer(b, owner), mode="lo",
@@ -251,16 +251,16 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                 for off in b.range(0, ctx.param("row_bytes"), chunk, name="row_offset"):
                     size = b.min(u32, b.sub(u32, ctx.param("row_bytes"), off), chunk, name="chunk_bytes")
                     at = b.cvt(u64, u32, off, name="chunk_offset")
-                    b.bulk_wait_group(0, read=True)            # the last chunk's store has read the buffer
-                    b.mbarrier_arrive_expect_tx(bar, size)
+                    pipe.acquire(b)                            # the last chunk's store has read the buffer
+                    bar = pipe.commit(b, size)
                     b.bulk_load(address(buf), address(b.add(u64, src, at)), size, bar)
-                    wait_parity(b, bar, ctx.param("push_phase"), deadline=ctx.deadline, name="row_in")
-                    b.xor(b32, ctx.param("push_phase"), 1, into=ctx.param("push_phase"))
+                    pipe.wait(b, deadline=ctx.deadline, name="row_in")
+                    pipe.advance(b)
                     b.bulk_store(address(b.add(u64, dst, at)), address(buf), size)
                     b.bulk_commit_group()
                 publish_async_writes(b)                       # the row is written, not only read out
                 blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
-                signal(b, flag_address(b, ctx.layouts["arrivals"], owner, blk), 1, sem=Sem.RELEASE, scope="sys")
+                signal(b, flag_address(b, ctx.layouts["arrivals"], owner, blk), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     return dict(comm_tasks=comm_tasks, communicator=communicator)
 
@@ -287,7 +287,7 @@ def wait_rows(ctx, first_row, end_row, rows) -> None:
     last = b.shr(u32, b.sub(u32, end_row, 1), BLOCK_ROWS.bit_length() - 1, name="last_block")
     for blk in b.range(b.shr(u32, first_row, BLOCK_ROWS.bit_length() - 1), b.add(u32, last, 1), name="blk"):
         wait(b, flag_address(b, ctx.layouts["arrivals"], ctx.rank, blk), arrival_target(ctx, rows, blk),
-             sem=Sem.ACQUIRE, scope="sys", deadline=ctx.deadline, flag_id=blk)
+             sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline, flag_id=blk)
     b.fence_proxy_async("global")
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...primitives.layout import ParallelLayout
-from ...primitives.tile import reduce_vector
+from ...primitives import reduce
 from ..runs import WIDTHS, RunMap, build_runs
 
 SRC, DST = ParallelLayout("src"), ParallelLayout("dst")
@@ -65,9 +65,8 @@ def run_map(outer: int, mid: int, inner: int, world: int, rank: int, *, in_place
 
 def build(cfg: Config):
     def pull(ctx, src, dst):
-        reduce_vector(ctx.b, ctx.layouts["src"], src, ty=cfg.dtype, op=cfg.op, world=ctx.world, rank=ctx.rank,
-                      write_all=False, multicast=cfg.multicast, dst=ctx.layouts["dst"], dst_offset=dst,
-                      width=cfg.width)
+        reduce(ctx.b, ctx.layouts["src"], src, ty=cfg.dtype, op=cfg.op, world=ctx.world, rank=ctx.rank,
+               multicast=cfg.multicast, dst=ctx.layouts["dst"], dst_offset=dst, width=cfg.width)
 
     name = f"reduce_scatter_{cfg.dtype}_{cfg.op}_w{cfg.width}{'_mc' if cfg.multicast else ''}"
     return build_runs(name, [SRC, DST], pull, width=cfg.width, threads=cfg.threads, multicast=cfg.multicast)

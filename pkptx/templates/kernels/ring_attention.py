@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Sem, address, b8, f32, u32, u64
-from ...primitives import wait_parity
+from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
 from ...primitives.tma import tensor_map_param
@@ -116,7 +116,7 @@ def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
     b = ctx.b
     expected = b.mul(u32, ctx.param("epoch"), RELAY_LANES, mode="lo", name="piece_signals")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
-         scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+         scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
 
 
@@ -220,7 +220,7 @@ def build(cfg: Config = Config()):
         """To the previous rank (the one that pushes here)."""
         b = ctx.b
         prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
-        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope="sys")
+        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
                              layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", RELAY_LANES, 1),))
@@ -231,20 +231,19 @@ def build(cfg: Config = Config()):
         does not otherwise use, cut into RELAY_LANES stages) and mbarrier: the lanes' copies overlap.
         ``wait_group.read 0`` before each load: the lane's previous store has read the stage."""
         b = ctx.b
-        bar = ctx.rings["relay"].bar(b, lane)
+        pipe = Pipeline.bounce(ctx.rings["relay"].bar(b, lane), uses=ctx.param("relayed"))
         buf = b.mad(u32, lane, chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
         first = b.mul(u32, lane, chunk_bytes, mode="lo", name="relay_first")
         for done in b.range(first, nbytes, RELAY_LANES * chunk_bytes, name="relay"):
             size = b.min(u32, b.sub(u32, nbytes, done), chunk_bytes, name="relay_bytes")
-            n = ctx.param("relayed")
-            b.bulk_wait_group(0, read=True)
-            b.mbarrier_arrive_expect_tx(bar, size)
+            pipe.acquire(b)
+            bar = pipe.commit(b, size)
             offset = b.cvt(u64, u32, done)
             b.bulk_load(address(buf), address(b.add(u64, src, offset)), size, bar)
-            wait_parity(b, bar, b.and_("b32", n, 1), deadline=ctx.deadline, name="relay_in")
+            pipe.wait(b, deadline=ctx.deadline, name="relay_in")
             b.bulk_store(address(b.add(u64, dst, offset)), address(buf), size)
             b.bulk_commit_group()
-            b.add(u32, n, 1, into=n)
+            pipe.advance(b)
 
     def padded_pieces(ctx):
         """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
@@ -281,7 +280,7 @@ def build(cfg: Config = Config()):
             shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
             nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
             wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
             b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
             src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
             ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
@@ -297,7 +296,7 @@ def build(cfg: Config = Config()):
                                                                            mode="wide"))
                 relay(ctx, ctx.tid, dst_addr, src_addr, nbytes)
             publish_async_writes(b)
-            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope="sys")
+            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
         """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...isa import Param, Sem, address, b8, f32, u32, u64
-from ...primitives import wait_parity
+from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
+from ...primitives import Pipeline, store_async
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
 from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
@@ -66,7 +66,7 @@ def await_group(ctx, batch, src, g, deadline) -> None:
     b = ctx.b
     expected = b.mul(u32, ctx.param("epoch"), ctx.param("row_pieces"), mode="lo", name="group_pieces")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, group_flag(b, ctx, batch, src, g)), expected,
-         sem=Sem.ACQUIRE, scope="sys", deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+         sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
 
 
@@ -140,7 +140,7 @@ class UlyssesTask(attention.Task):
 def build(cfg: Config = Config()):
     def announce(ctx):
         """To every rank, in its arrive[this rank]."""
-        signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope="sys",
+        signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope=Scope.SYS,
                    multicast=False)
 
     t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce, counter="piece_phase",
@@ -156,7 +156,7 @@ def build(cfg: Config = Config()):
         b = ctx.b
         for other in b.range(0, ctx.world, name="rank"):
             wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, other), ctx.param("epoch"), sem=Sem.ACQUIRE,
-                 scope="sys", deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
         b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
     def push(ctx, piece):
@@ -179,21 +179,21 @@ def build(cfg: Config = Config()):
             q_head = b.mad(u32, dest, ctx.param("local_heads"), b.mul(u32, g, group, mode="lo"), mode="lo",
                            name="src_q_head")
             kv_head = b.mad(u32, dest, local_kv, g, mode="lo", name="src_kv_head")
-            bar = ctx.rings["q_full"].bar(b, 0)
-            b.bulk_wait_group(0, read=True)               # the last piece has left shared memory
-            b.mbarrier_arrive_expect_tx(bar, ctx.param("piece_bytes"))
+            pipe = Pipeline.bounce(ctx.rings["q_full"].bar(b, 0), phase=ctx.param("piece_phase"))
+            pipe.acquire(b)                               # the last piece has left shared memory
+            bar = pipe.commit(b, ctx.param("piece_bytes"))
             boxes = (("q", "smem_q", q_head, b.mul(u32, g, group, mode="lo", name="dst_q_head")),
                      ("k", "smem_k", kv_head, g), ("v", "smem_v", kv_head, g))
             for x, buf, src_head, _ in boxes:
                 b.tensor_load(address(ctx.smem[buf]), tensor_map_param(b, f"tmap_{x}s"), (0, src_head, row, batch), bar)
-            wait_parity(b, bar, ctx.param("piece_phase"), deadline=ctx.deadline, name="piece_in")
-            b.xor("b32", ctx.param("piece_phase"), 1, into=ctx.param("piece_phase"))
-            for x, buf, _, dst_head in boxes:
-                b.tensor_store(ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), address(ctx.smem[buf]))
-            b.bulk_commit_group()
+            pipe.wait(b, deadline=ctx.deadline, name="piece_in")
+            pipe.advance(b)
+            for x, buf, _, dst_head in boxes:       # one bulk group: the last store commits it
+                store_async(b, ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), ctx.smem[buf],
+                            commit=x == "v")
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], dest, group_flag(b, ctx, batch, rank, g)), 1,
-                   sem=Sem.RELEASE, scope="sys")
+                   sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
         """Every O/LSE store of this block has landed at its owner, then the ranks meet, so each rank's

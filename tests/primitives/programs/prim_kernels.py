@@ -138,7 +138,7 @@ def tile_store(dims: int, reduce_op: str | None, broadcast: bool, notify: bool =
         if broadcast:
             store_async_all(b, maps, coords, smem, world=world, multicast=False, reduce_op=reduce_op)
         else:
-            store_async(b, maps, dst_rank, coords, smem, reduce_op=reduce_op)
+            store_async(b, maps.of(b, dst_rank), coords, smem, reduce_op=reduce_op)
         publish_async_writes(b)
         if notify:
             deadline = Deadline.start(b, rank)
