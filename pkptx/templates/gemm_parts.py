@@ -12,7 +12,6 @@ Shared-memory operand layouts (all written by TMA with 128-byte swizzle):
 from __future__ import annotations
 
 from ..isa import Builder, Reg, Vec, address, b32, f32, u32
-from ..primitives.pipeline import stage_phase as stage_of  # noqa: F401  (attention's rings, until they are Pipelines)
 from ..primitives.wgmma import advance, smem_desc, warp_quad
 from .lcsc import Ctx
 

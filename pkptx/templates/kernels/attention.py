@@ -28,13 +28,13 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, Reg, Vec, address, b8, b32, f32, s32, u32, u64
-from ...primitives import wait_parity
+from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
 from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, half_regs, k_box_offset,
                                mask_columns, online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, rescale,
                                v_box_offset)
-from ..gemm_parts import mma_k_block, stage_accumulators, stage_of
+from ..gemm_parts import mma_k_block, stage_accumulators
 from ..lcsc import Buffer, Ring, Template
 
 SMEM_LIMIT = 227 * 1024
@@ -187,6 +187,12 @@ def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
     return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
 
 
+def pipelines(ctx):
+    """The Q ring (counted by ``tq``) and the K/V ring (full rings K and V, one empty; counted by ``it``)."""
+    return (Pipeline((ctx.rings["q_full"],), ctx.rings["q_empty"], uses=ctx.param("tq")),
+            Pipeline((ctx.rings["k_full"], ctx.rings["v_full"]), ctx.rings["kv_empty"], uses=ctx.param("it")))
+
+
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
@@ -200,14 +206,13 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             t = plan.task(ctx, task)
             first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
             tmap_q = t.q_map() if t.q_map else tensor_map_param(b, "tmap_q")
-            q_stage, q_phase = stage_of(b, ctx.param("tq"), cfg.q_stages)
-            wait_parity(b, ctx.rings["q_empty"].bar(b, q_stage), b.xor("b32", q_phase, 1), deadline=ctx.deadline,
-                        name="wait_q_free")
+            q_pipe, kv_pipe = pipelines(ctx)
+            q_stage = q_pipe.acquire(b, deadline=ctx.deadline, name="wait_q_free").stage
             if t.before_q:
                 t.before_q()
-            q_full = ctx.rings["q_full"].bar(b, q_stage)
+            q_full = q_pipe.full_bar(b, q_stage)
             q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
-            b.mbarrier_arrive_expect_tx(q_full, cfg.q_bytes)
+            q_pipe.commit(b, cfg.q_bytes, bar=q_full)
             for wg in range(cfg.consumers):
                 row = b.add(u32, first_row, wg * ROWS, name="q_row")
                 for db in range(d_boxes):
@@ -216,15 +221,12 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
             def run(keys: Keys):
                 for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
-                    stage, phase = stage_of(b, ctx.param("it"), cfg.stages)
-                    wait_parity(b, ctx.rings["kv_empty"].bar(b, stage), b.xor("b32", phase, 1),
-                                deadline=ctx.deadline, name="wait_kv_free")
+                    stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
                     if keys.before_load is not None:
                         keys.before_load(j)
                     key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-                    for x, ring in (("k", "k_full"), ("v", "v_full")):
-                        full = ctx.rings[ring].bar(b, stage)
-                        b.mbarrier_arrive_expect_tx(full, cfg.kv_bytes)
+                    for ring, x in enumerate("kv"):
+                        full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
                         tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
                         for kk in range(k_boxes):
                             key = b.add(u32, key0, kk * BOX_ROWS, name="key")
@@ -233,10 +235,10 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                                           else v_box_offset(db, kk, cfg.head_dim))
                                 b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key),
                                               full)
-                    b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+                    kv_pipe.advance(b)
 
             plan.keys(ctx, t, run, loader=True)
-            b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
+            q_pipe.advance(b)
 
     def consumer(ctx, task):
         """Each warpgroup: its 64 rows against every K/V block of the task, then O (and LSE) out."""
@@ -251,9 +253,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
         deadline = plan.consumer_deadline(ctx)
-        q_stage, q_phase = stage_of(b, ctx.param("tq"), cfg.q_stages)
-        wait_parity(b, ctx.rings["q_full"].bar(b, q_stage), q_phase, deadline=deadline, abandon=True, name="wait_q")
-        q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
+        q_pipe, kv_pipe = pipelines(ctx)
+        q_slot = q_pipe.wait(b, deadline=deadline, abandon=True, name="wait_q")
+        q_buffer = b.mad(u32, q_slot.stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
         q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), q_buffer, mode="lo", name="q_tile")
         row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
         row_sum = [b.mov(f32, 0.0, name="row_sum") for _ in (0, 1)]
@@ -263,28 +265,28 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         scale_log2 = ctx.param("scale_log2")
 
         def ring_slot(name, it):
-            stage, phase = stage_of(b, it, cfg.stages)
-            return stage, phase, b.mad(u32, stage, cfg.kv_bytes, ctx.smem[name], mode="lo", name=f"{name}_tile")
+            slot = kv_pipe.at(b, it)
+            return slot, b.mad(u32, slot.stage, cfg.kv_bytes, ctx.smem[name], mode="lo", name=f"{name}_tile")
 
         def scores(s_acc, it):
             """Issue S = Q·Kᵀ for the K block in ring slot ``it`` (committed, not waited)."""
-            stage, phase, k_tile = ring_slot("smem_k", it)
-            wait_parity(b, ctx.rings["k_full"].bar(b, stage), phase, deadline=deadline, abandon=True, name="wait_k")
+            slot, k_tile = ring_slot("smem_k", it)
+            kv_pipe.wait(b, slot, deadline=deadline, abandon=True, name="wait_k")
             for db in range(d_boxes):
                 mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
                             b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
                             n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
 
         def values(p_regs):
-            """Issue O += P·V for the V block in ring slot ``it``; returns the slot's stage."""
-            stage, phase, v_tile = ring_slot("smem_v", ctx.param("it"))
-            wait_parity(b, ctx.rings["v_full"].bar(b, stage), phase, deadline=deadline, abandon=True, name="wait_v")
+            """Issue O += P·V for the V block in ring slot ``it``; returns the slot."""
+            slot, v_tile = ring_slot("smem_v", ctx.param("it"))
+            kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=1, name="wait_v")
             pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
-            return stage
+            return slot
 
-        def release(stage):
-            b.mbarrier_arrive(ctx.rings["kv_empty"].bar(b, stage), pred=lane0)
-            b.add(u32, ctx.param("it"), 1, into=ctx.param("it"))
+        def release(slot):
+            kv_pipe.release(b, slot, pred=lane0)
+            kv_pipe.advance(b)
 
         def run(keys: Keys):
             """The run's K/V blocks, one after the other, or (``overlap``) software-pipelined: block j's
@@ -327,21 +329,21 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 for j in b.range(1, blocks, name="kv"):
                     s_next = b.regs(f32, cfg.block_k // 2, name="s")
                     scores(s_next, b.add(u32, ctx.param("it"), 1, name="it_next"))
-                    stage = values(p_regs)
+                    slot = values(p_regs)
                     b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
                     corrections = softmax(j, s_next)
                     b.wgmma_wait_group(0)
-                    release(stage)
+                    release(slot)
                     rescale(b, o_acc, cfg.head_dim, corrections)
                     p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
-                stage = values(p_regs)
+                slot = values(p_regs)
                 b.wgmma_wait_group(0)
-                release(stage)
+                release(slot)
 
         plan.keys(ctx, t, run, loader=False)
-        b.mbarrier_arrive(ctx.rings["q_empty"].bar(b, q_stage), pred=lane0)
+        q_pipe.release(b, q_slot, pred=lane0)
         finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t)
-        b.add(u32, ctx.param("tq"), 1, into=ctx.param("tq"))
+        q_pipe.advance(b)
 
     return dict(num_tasks=plan.tasks, prologue=prologue, loader=loader, consumer=consumer)
 
@@ -371,7 +373,7 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
     o_coords = t.o_coords or t.q_coords
     staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
     stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
-                       issue=lambda sub, col: b.tensor_store(tmap_o, o_coords(col, wg_row), address(sub)))
+                       issue=lambda sub, col: store_async(b, tmap_o, o_coords(col, wg_row), sub, commit=False))
 
 
 def build(cfg: Config = Config()):
