@@ -315,9 +315,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     scores(s_acc, ctx.param("it"))
                     b.wgmma_wait_group(0)
                     rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
-                    stage = values(p_operand(b, s_acc, cfg.block_k, cfg.dtype))
+                    slot = values(p_operand(b, s_acc, cfg.block_k, cfg.dtype))
                     b.wgmma_wait_group(0)
-                    release(stage)
+                    release(slot)
                 return
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
