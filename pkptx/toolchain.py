@@ -6,6 +6,7 @@ once never see a half-written file. ``PKPTX_CACHE_DIR`` moves the cache; ``PKPTX
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -197,6 +198,17 @@ class CompiledKernel:
     dynamic_smem: int = 0
     ptx_version: tuple[int, int] = (8, 0)
     jit: bool = False           # load the PTX through the driver's JIT (see Kernel.compile), not the cubin
+    source: object = field(default=None, compare=False, repr=False)    # see builder_kernel
+
+    def builder_kernel(self):
+        """The builder's :class:`pkptx.isa.Kernel` this was compiled from, which the CPU interpreter runs
+        (``PKPTX_INTERPRET=1``); a build-cache hit holds only its factory and builds it on first ask.
+        None for a kernel pkptx did not build in this process."""
+        source = self.source
+        if callable(source):
+            source = source()
+            object.__setattr__(self, "source", source)
+        return source
 
     @property
     def resources(self) -> Resources:
@@ -268,7 +280,7 @@ def build_cached(factory, *args, **kwargs) -> CompiledKernel:
                          True, time.perf_counter() - t0, tuple(meta["warnings"]))
             return CompiledKernel(meta["entry"], params, meta["ptx"], blob, meta["arch"], _tuple(meta["block"]),
                                   meta["block_exact"], _tuple(meta["cluster"]), meta["dynamic_smem"],
-                                  tuple(meta["ptx_version"]))
+                                  tuple(meta["ptx_version"]), source=functools.partial(factory, *args, **kwargs))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     compiled = factory(*args, **kwargs).compile()

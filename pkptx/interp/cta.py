@@ -54,22 +54,28 @@ def _align(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
+def shared_layout(kernel, smem: int) -> tuple[dict, int, int]:
+    """A block's shared window: (offset of each variable by name, the bytes the static variables span,
+    the window's size with ``smem`` bytes of dynamic window after them)."""
+    offsets, cursor = {}, 0
+    for sym, nbytes, align in kernel.shared_symbols:
+        cursor = _align(cursor, align)
+        offsets[sym.name] = cursor
+        cursor += nbytes
+    static = cursor
+    dynamic = kernel.dynamic_symbol
+    if dynamic is not None:
+        cursor = _align(cursor, dynamic[1])
+        offsets[dynamic[0].name] = cursor
+        cursor += smem
+    return offsets, static, cursor
+
+
 class Cta:
     def __init__(self, launch, ctaid: tuple, cluster: Cluster, cluster_rank: int, cluster_ctaid: tuple):
         self.launch, self.ctaid, self.cluster = launch, ctaid, cluster
         self.cluster_rank, self.cluster_ctaid = cluster_rank, cluster_ctaid
-        kernel = launch.kernel
-        offsets, cursor = {}, 0
-        for sym, nbytes, align in kernel.shared_symbols:
-            cursor = _align(cursor, align)
-            offsets[sym.name] = cursor
-            cursor += nbytes
-        dynamic = kernel.dynamic_symbol
-        if dynamic is not None:
-            cursor = _align(cursor, dynamic[1])
-            offsets[dynamic[0].name] = cursor
-            cursor += launch.smem
-        self.static_bytes = cursor - (launch.smem if dynamic is not None else 0)
+        offsets, _, cursor = shared_layout(launch.kernel, launch.smem)
         base = SHARED_BASE + cluster_rank * SHARED_STRIDE
         self.window = cluster.shared.alloc(max(cursor, 8), name=f"shared of block {ctaid}", rank=launch.rank,
                                            base=base)

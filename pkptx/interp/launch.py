@@ -56,7 +56,7 @@ class Launch:
         return buf, offsets
 
     def _param_bytes(self, p, value) -> np.ndarray:
-        if p.is_bytes:
+        if p.is_bytes or isinstance(value, bytes):          # bytes: the value as packed for the driver
             raw = np.frombuffer(bytes(value), np.uint8) if not isinstance(value, np.ndarray) else \
                 value.reshape(-1).view(np.uint8)
             if raw.size != p.size:

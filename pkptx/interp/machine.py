@@ -74,11 +74,24 @@ class Machine:
 
     # ------------------------------------------------------------------ scheduling
     def run(self) -> "Machine":
-        """Run every launched kernel to completion, interleaving the warps of all ranks."""
+        """Run every launched kernel to completion, interleaving the warps of all ranks. A run that
+        raises leaves nothing behind: its blocks and pending copies never resume in a later run."""
         start = time.perf_counter()
         if self.checker is not None:
             self.checker.start_run()
-        warps = [w for launch in self.launches for cta in launch.ctas for w in cta.warps if not w.finished]
+        try:
+            self._schedule([w for launch in self.launches for cta in launch.ctas for w in cta.warps
+                            if not w.finished])
+        except BaseException:
+            self.launches, self._async = [], []
+            raise
+        for launch in self.launches:
+            launch.finish()
+        self.elapsed += time.perf_counter() - start
+        self.launches = []
+        return self
+
+    def _schedule(self, warps: list) -> None:
         rng, quantum = self.rng, self.quantum
         with np.errstate(all="ignore"):
             while warps:
@@ -97,11 +110,6 @@ class Machine:
                                          f"polls memory, or an endless loop?\n" + waiting(self, warps))
         while self._async:
             self._land(None)
-        for launch in self.launches:
-            launch.finish()
-        self.elapsed += time.perf_counter() - start
-        self.launches = []
-        return self
 
     @property
     def rate(self) -> float:

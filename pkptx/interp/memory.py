@@ -89,6 +89,12 @@ class AddressSpace:
         self._bases_np = np.array(self._bases, np.uint64)
         return a
 
+    def free(self, alloc: Allocation) -> None:
+        """Forget ``alloc``: a later access to it faults (addresses are never handed out again)."""
+        i = self.allocations.index(alloc)
+        del self.allocations[i], self._bases[i]
+        self._bases_np = np.array(self._bases, np.uint64)
+
     def from_numpy(self, array: np.ndarray, *, name: str = "array", rank: int = 0) -> Allocation:
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         a = self.alloc(raw.size, name=name, rank=rank)

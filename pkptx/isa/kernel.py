@@ -262,7 +262,7 @@ class Kernel:
         block = self.req_threads or self.max_threads
         return CompiledKernel(self.name, self.params, ptx, cubin, self.target, block,
                               self.req_threads is not None, self.cluster, self.dynamic_smem, self.ptx_version,
-                              jit=self.rebalances)
+                              jit=self.rebalances, source=self)
 
     @property
     def rebalances(self) -> bool:

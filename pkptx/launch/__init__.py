@@ -1,7 +1,8 @@
 """Running pkptx kernels: devices, memory, launches, tensor maps, graphs, timing.
 
 The only pkptx package that talks to the CUDA driver (through :mod:`pkptx.launch.driver`).
-Importing it needs no GPU; the first call that does needs one.
+Importing it needs no GPU; the first call that does needs one, unless ``PKPTX_INTERPRET=1``: then the
+driver is the CPU interpreter's (:mod:`pkptx.launch.interpreted`).
 """
 from .array import ArrayError, DeviceArray, as_dtype, device_pointer, empty, from_dlpack, from_numpy
 from .config import DeviceLimits, LaunchConfig

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import PkptxError
 from . import dlpack
 from .device import Device, Event, Stream, as_stream
-from .driver import call, driver
+from .driver import call, driver, interpreted
 from .pool import default_pool
 
 
@@ -233,6 +233,9 @@ class DeviceArray:
         -1: no synchronisation); work queued on this array's stream is made to precede it."""
         if copy:
             raise dlpack.DLPackError("copy=True: pkptx exports device arrays zero-copy only")
+        if interpreted():
+            raise dlpack.DLPackError("__dlpack__ under PKPTX_INTERPRET=1: the array is the CPU interpreter's "
+                                     "memory, not CUDA memory; copy it out with to_numpy()")
         device = self.__dlpack_device__()
         if dl_device is not None and tuple(dl_device) != device:
             raise dlpack.DLPackError(f"dl_device={tuple(dl_device)}: this array lives on {device}")

@@ -1,12 +1,15 @@
 """The one place where CUDA driver results become values or :class:`CudaError`.
 
-Every driver call in pkptx goes through :func:`call`, so no return code is ever dropped.
+Every driver call in pkptx goes through :func:`call`, so no return code is ever dropped; :func:`driver`
+is the one choice between the CUDA driver and the CPU interpreter's (``PKPTX_INTERPRET=1``).
 """
 from __future__ import annotations
 
+import os
 import threading
+import types
 
-from ..errors import CudaError, DriverUnavailableError
+from ..errors import CudaError, DriverUnavailableError, SettingError
 
 _HINTS = {
     "CUDA_ERROR_NO_DEVICE": "no GPU is visible; GPU work needs a machine with one (check CUDA_VISIBLE_DEVICES)",
@@ -25,15 +28,42 @@ _HINTS = {
     "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED": "an earlier error or unsupported call broke the stream capture",
 }
 
+INTERPRET_ENV = "PKPTX_INTERPRET"
+
 _init_lock = threading.Lock()
 _initialised = False
+_select_lock = threading.Lock()
+_selected = None
 
 
 def driver():
-    """The ``cuda.bindings.driver`` module, imported lazily so CPU-only code never needs it."""
-    from cuda.bindings import driver as cu
+    """The driver: the ``cuda.bindings.driver`` module, or, when ``PKPTX_INTERPRET=1`` is in the
+    environment at the first call, the CPU interpreter's stand-in (:mod:`pkptx.launch.interpreted`).
+    Chosen once per process and imported lazily, so CPU-only code never needs a driver."""
+    return _selected or _select()
 
-    return cu
+
+def _select():
+    global _selected
+    with _select_lock:
+        if _selected is None:
+            text = os.environ.get(INTERPRET_ENV, "").strip()
+            if text not in ("", "0", "1"):
+                raise SettingError(f"{INTERPRET_ENV}={text!r} (environment): expected 1 (run kernels on the "
+                                   "CPU interpreter) or 0 (the CUDA driver)")
+            if text == "1":
+                from .interpreted import InterpretedDriver
+                _selected = InterpretedDriver()
+            else:
+                from cuda.bindings import driver as cu
+                _selected = cu
+    return _selected
+
+
+def interpreted() -> bool:
+    """Whether :func:`driver` is the CPU interpreter's: asked where the two differ by more than the
+    driver's answers (what a module is loaded from, how a tensor map is encoded)."""
+    return not isinstance(driver(), types.ModuleType)
 
 
 def _error_text(cu, code) -> tuple[str, str]:

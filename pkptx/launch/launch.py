@@ -330,8 +330,8 @@ class PreparedLaunch:
     kept (so arrays passed in stay allocated while the launch exists). Native configs are kept per
     stream. A launch calls the driver's ``cuLaunchKernelEx`` through ctypes on the addresses of the
     native config and the packed arguments (:func:`direct_launch`), which skips the bindings' argument
-    conversion, most of a launch's host cost; where that is not available (or ``cuda.bindings`` is
-    replaced, as the fake driver of the CPU tests does) it goes through ``cuda.bindings``.
+    conversion, most of a launch's host cost; where that is not available (or the driver is Python: the
+    fake driver of the CPU tests, the interpreter's) it goes through :func:`driver`'s function.
     """
     __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success",
                  "_direct", "_function", "_c_params")
@@ -343,7 +343,8 @@ class PreparedLaunch:
         self._params, self._buffer = kernel.packer.pack_owned(self.args)
         self._natives: dict[int, tuple] = {}
         self._launch_ex, self._handle, self._success = kernel._launch_ex, kernel._handle, kernel._success
-        self._direct = None if inspect.isfunction(kernel._launch_ex) else direct_launch()
+        python = inspect.isfunction(kernel._launch_ex) or inspect.ismethod(kernel._launch_ex)
+        self._direct = None if python else direct_launch()
         # ctypes values made once: converting Python ints at each call costs more than the call
         self._function, self._c_params = ctypes.c_void_p(int(self._handle)), ctypes.c_void_p(self._params)
 

@@ -12,7 +12,7 @@ import threading
 from ..errors import LaunchError
 from .config import DEFAULT_SMEM
 from .device import Device
-from .driver import call, check, driver
+from .driver import call, check, driver, interpreted
 
 _modules: dict[tuple[int, str], object] = {}
 _functions: dict[tuple[int, str, str], "Function"] = {}
@@ -72,6 +72,14 @@ def _load_now(handle, entry: str) -> None:
         check(result, f"cuFuncLoad({entry})")
 
 
+def _image(compiled):
+    """What ``cuModuleLoadData`` takes: the cubin, the PTX of a ``jit`` kernel, or under the interpreter
+    the CompiledKernel (it runs the builder's instruction list, not a binary)."""
+    if interpreted():
+        return compiled
+    return compiled.ptx.encode() + b"\0" if compiled.jit else compiled.cubin.data
+
+
 def load_module(compiled, device: Device):
     """The ``CUmodule`` of ``compiled.cubin`` in ``device``'s primary context (loaded once)."""
     device.set_current()
@@ -81,8 +89,7 @@ def load_module(compiled, device: Device):
         with _lock:
             module = _modules.get(key)
             if module is None:
-                image = compiled.ptx.encode() + b"\0" if compiled.jit else compiled.cubin.data
-                module = _modules[key] = call("cuModuleLoadData", image)
+                module = _modules[key] = call("cuModuleLoadData", _image(compiled))
     return module
 
 
