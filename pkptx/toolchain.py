@@ -280,7 +280,8 @@ def build_cached(factory, *args, **kwargs) -> CompiledKernel:
                          True, time.perf_counter() - t0, tuple(meta["warnings"]))
             return CompiledKernel(meta["entry"], params, meta["ptx"], blob, meta["arch"], _tuple(meta["block"]),
                                   meta["block_exact"], _tuple(meta["cluster"]), meta["dynamic_smem"],
-                                  tuple(meta["ptx_version"]), source=functools.partial(factory, *args, **kwargs))
+                                  tuple(meta["ptx_version"]), jit=meta["jit"],
+                                  source=functools.partial(factory, *args, **kwargs))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     compiled = factory(*args, **kwargs).compile()
@@ -291,7 +292,7 @@ def build_cached(factory, *args, **kwargs) -> CompiledKernel:
         "params": [{"name": p.name, "type": p.type.name, "count": p.count, "align": p.align,
                     "pointer": p.pointer} for p in compiled.params],
         "block": compiled.block, "block_exact": compiled.block_exact, "cluster": compiled.cluster,
-        "dynamic_smem": compiled.dynamic_smem, "ptx_version": compiled.ptx_version,
+        "dynamic_smem": compiled.dynamic_smem, "ptx_version": compiled.ptx_version, "jit": compiled.jit,
     }
     try:
         root.mkdir(parents=True, exist_ok=True)

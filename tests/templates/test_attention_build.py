@@ -217,3 +217,12 @@ def test_rebalance_budget_fits_the_register_file(consumers, expected):
     assert 128 * tmpl.producer_regs + 128 * consumers * expected <= 65536
     with pytest.raises(PTXBuildError, match="does not fit"):
         dataclasses.replace(tmpl, consumer_regs=expected + 8).build(**kernel.roles(cfg))
+
+
+def test_a_build_cache_hit_keeps_loading_a_rebalanced_kernel_from_ptx(tmp_path, monkeypatch):
+    """nvJitLink drops setmaxnreg from the cubin: a cache hit must still say "load the PTX"."""
+    from pkptx.toolchain import build_cached
+    monkeypatch.setenv("PKPTX_CACHE_DIR", str(tmp_path))
+    cfg = kernel.Config(head_dim=64, consumers=2, q_stages=1, rebalance=True)
+    first, hit = build_cached(kernel.build, cfg), build_cached(kernel.build, cfg)
+    assert hit.cubin.from_cache and first.jit and hit.jit and hit.manifest()["load"] == "ptx"
