@@ -245,6 +245,13 @@ class Kernel:
     def load(cls, compiled, device: Device | None = None) -> "Kernel":
         return cls(compiled, device)
 
+    @property
+    def threads(self) -> int:
+        """Threads per block the kernel declares (``.reqntid``), so hosts never recompute them."""
+        if not self.compiled.block_exact:
+            raise LaunchError(f"{self.compiled.entry} declares no exact block (.reqntid): give the block")
+        return prod(self.compiled.block)
+
     def launch(self, config: LaunchConfig, *args, stream=None) -> None:
         """Launch with ``config`` on ``stream`` (None: the default stream)."""
         h = 0 if stream is None else (stream.handle if type(stream) is Stream else as_stream(stream).handle)

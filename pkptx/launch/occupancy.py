@@ -49,9 +49,10 @@ def blocks_per_sm(kernel, threads: int, smem: int) -> int:
 _per_sm: dict[tuple, int] = {}
 
 
-def persistent_grid(kernel, threads: int, smem: int = 0, *, work: int | None = None) -> int:
-    """Blocks for a persistent launch: what can be resident in this context, and no more than
-    ``work`` blocks' worth of tasks. At least 1."""
+def persistent_grid(kernel, *, work: int | None = None) -> int:
+    """Blocks for a persistent launch of ``kernel`` (at the block and dynamic shared memory it declares):
+    what can be resident in this context, and no more than ``work`` blocks' worth of tasks. At least 1."""
+    threads, smem = kernel.threads, kernel.compiled.dynamic_smem
     resident = context_sm_count(kernel.device) * blocks_per_sm(kernel, threads, smem)
     if resident < 1:
         raise LaunchError(f"{kernel.compiled.entry}: no block of {threads} threads with {smem} bytes of shared "

@@ -28,10 +28,10 @@ class AttentionArgumentError(ArgumentError):
     """An attention argument of the wrong shape, dtype or layout (raised before any GPU work)."""
 
 
-def grid_size(kernel, threads: int, smem: int, tasks: int) -> int:
+def grid_size(kernel, tasks: int) -> int:
     """Blocks of the persistent attention grid (the one place that sizes it): what this context can hold
     at once (pkptx.launch.occupancy), at most one per task."""
-    return persistent_grid(kernel, threads, smem, work=tasks)
+    return persistent_grid(kernel, work=tasks)
 
 
 def _device_array(x, op: str, name: str) -> DeviceArray:
@@ -127,9 +127,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
         scale_log2=scale * math.log2(math.e), by_query_block=int(causal), rank=0, world=1, status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0))
-    threads = 128 * (1 + cfg.consumers)
-    grid = grid_size(launchable, threads, cfg.smem_bytes, tasks)
-    return launchable.prepare(LaunchConfig(grid, threads, dynamic_smem=cfg.smem_bytes), *args).launch
+    return launchable.prepare(LaunchConfig(grid_size(launchable, tasks), launchable.threads), *args).launch
 
 
 def check_merge(out_a_shape, out_a_dtype, lse_a_shape, lse_a_dtype, out_b_shape, out_b_dtype, lse_b_shape,

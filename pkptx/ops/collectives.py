@@ -77,7 +77,7 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
 
         def make() -> Plan:
             kernel = load(all_reduce_kernel.build, cfg, state.device)
-            launch = state.prepare(kernel, cfg.threads, ns, work=-(-work // cfg.threads), n_vec=n_vec,
+            launch = state.prepare(kernel, ns, work=-(-work // kernel.threads), n_vec=n_vec,
                                    **state.layout_args("src", buf), **state.layout_args("dst", out or buf))
             return Plan([launch.launch])
         plan = state.make("all_reduce", key, stream, make)
@@ -256,7 +256,7 @@ def _run_plan(fn: str, key, buf, out, world, stream, timeout_ns, timeout, check,
 
         def make() -> Plan:
             kernel = load(build, cfg, state.device)
-            launch = state.prepare(kernel, cfg.threads, ns, work=-(-units.units // cfg.threads), **units.args(cfg.width),
+            launch = state.prepare(kernel, ns, work=-(-units.units // kernel.threads), **units.args(cfg.width),
                                    **state.layout_args("src", buf), **state.layout_args("dst", target))
             return Plan([launch.launch])
         plan = state.make(fn, key, stream, make)

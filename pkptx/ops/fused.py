@@ -67,8 +67,7 @@ def _run_with_flags(state: HeapOps, what: str, key, stream, count: int, local_ke
 
 def _prepare(state: HeapOps, kernel, cfg, timeout_ns: int, *, num_comm_sms: int, **values):
     """A persistent grid (what this context can hold at once) on the heap's progress flags."""
-    return state.prepare(kernel, 128 * (1 + cfg.consumers), timeout_ns, smem=cfg.smem_bytes,
-                         num_comm_sms=num_comm_sms, **values)
+    return state.prepare(kernel, timeout_ns, num_comm_sms=num_comm_sms, **values)
 
 
 def _plan(a: DeviceArray, b: DeviceArray, out_dtype, b_layout: str, m: int, n: int, k: int) -> gemm_kernel.Config:

@@ -117,8 +117,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     cfg = check_config(schedule, m, n, k, *names, b_layout)
     launchable = load(kernel.build, cfg, device)
     tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
-    threads = 128 * (1 + cfg.consumers)
-    grid = persistent_grid(launchable, threads, cfg.smem_bytes, work=tiles_m * tiles_n * schedule.splits)
+    grid = persistent_grid(launchable, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
         tmap_a=tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
         tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr,
@@ -130,7 +129,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     if cfg.split_k:                      # the launch keeps its workspace (arrays, not addresses)
         partials, tickets = _split_workspace(device, stream, schedule, m, n)
         values.update(splits=schedule.splits, split_ws=partials, split_tickets=tickets)
-    return launchable.prepare(LaunchConfig(grid, threads, dynamic_smem=cfg.smem_bytes),
+    return launchable.prepare(LaunchConfig(grid, launchable.threads),
                               *ordered_args(launchable, values)).launch
 
 

@@ -15,7 +15,7 @@ from ..launch import Device, LaunchConfig, as_dtype, empty
 from ..launch.array import DeviceArray
 from ..launch.flags import FlagArray
 from ..launch.occupancy import context_sm_count, persistent_grid
-from ..launch.status import DEFAULT_TIMEOUT_NS, device_status, device_timeout_ns
+from ..launch.status import device_status, device_timeout_ns
 from ..launch.symmetric import SymmetricBuffer, SymmetricHeap
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import grouped_gemm as grouped_kernel
@@ -131,11 +131,10 @@ def _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout):
           f"grouped_gemm: config {cfg.name} does not serve w_layout={w_layout!r} with {e} groups")
     kernel = load(grouped_kernel.build, cfg, device)
     values, work = grouped_args(cfg, x, w, offsets, out, t, n, k, e)
-    threads = 128 * (1 + cfg.gemm.consumers)
-    grid = persistent_grid(kernel, threads, cfg.gemm.smem_bytes, work=work)
+    grid = persistent_grid(kernel, work=work)
     args = ordered_args(kernel, dict(values, rank=0, world=1, status=device_status(device).ptr, timeout_ns=ns,
                                      num_comm_sms=0))
-    return kernel.prepare(LaunchConfig(grid, threads, dynamic_smem=cfg.gemm.smem_bytes), *args).launch
+    return kernel.prepare(LaunchConfig(grid, kernel.threads), *args).launch
 
 
 # ------------------------------------------------------------------------------------ expert parallelism
@@ -249,7 +248,7 @@ def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[D
     state = _moe_state(heap, r)
     kernel = load(dispatch_kernel.build_route, dispatch_kernel.Config(), Device.current())
     layouts = collectives._state(state.recv)
-    layouts.launch(kernel, dispatch_kernel.ROUTE_THREADS, stream, timeout_ns, work=1,
+    layouts.launch(kernel, stream, timeout_ns, work=1,
                    ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
                    order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks,
                    epoch=state.ready.advance() & _MASK32, **layouts.layout_args("counts", state.counts),
@@ -267,26 +266,25 @@ def _push_values(d: Dispatch, x: DeviceArray, state: _MoeState) -> dict:
 
 
 def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: SymmetricHeap, stream=None,
-                 timeout_ns: int = DEFAULT_TIMEOUT_NS) -> Dispatch:
+                 timeout_ns: int | None = None, timeout: float | None = None) -> Dispatch:
     """Send each token's row (x: tokens x hidden, bf16/f16) to the ranks owning its ``topk_ids``
     (int32, tokens x k; experts split evenly, rank d owns ``[d·E/W, (d+1)·E/W)``); rows arrive in
     ``Dispatch.recv`` grouped by local expert. Two launches (route, push), no host sync; when the
     stream reaches the end of the push, every rank's rows for this rank have arrived. Every rank passes
     the same shapes."""
     x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
+    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_dispatch: timeout")
     d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
     cfg = dispatch_kernel.Config()
     kernel = load(dispatch_kernel.build, cfg, Device.current())
     work = -(-d.routing.tokens * d.routing.topk // cfg.warps)
-    collectives._state(state.recv).launch(kernel, 32 * cfg.warps, stream, timeout_ns,
-                                          smem=cfg.smem_bytes, work=work,
-                                          **_push_values(d, x, state))
+    collectives._state(state.recv).launch(kernel, stream, timeout_ns, work=work, **_push_values(d, x, state))
     return d
 
 
 def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, heap: SymmetricHeap, out=None,
                       w_layout: str = "nk", num_comm_sms: int = 2, stream=None,
-                      timeout_ns: int = DEFAULT_TIMEOUT_NS) -> tuple[Dispatch, DeviceArray]:
+                      timeout_ns: int | None = None, timeout: float | None = None) -> tuple[Dispatch, DeviceArray]:
     """:func:`moe_dispatch` fused with the first expert GEMM: ``out[rows of local expert l] =
     recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
     start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute (each
@@ -294,6 +292,7 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
     DeepSeek-V3 and Mixtral shapes, and each one taken costs the GEMM one SM).
     Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were)."""
     x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
+    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_dispatch_gemm: timeout")
     w = _as_array(w, "w")
     out = _as_array(out, "out") if out is not None else None
     out_dtype = out.dtype if out is not None else r.dtype
@@ -307,7 +306,7 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
     grouped = plan_grouped(r.capacity, n, k, e, dtype_name(r.dtype), dtype_name(out_dtype), w_layout, sm_count=sms,
                            smem_limit=device.smem_per_block_optin)
     kernel = load(fused_kernel.build, fused_kernel.Config(grouped), device)
-    blocks = persistent_grid(kernel, fused_kernel.THREADS, grouped.gemm.smem_bytes)
+    blocks = persistent_grid(kernel)
     _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < blocks,
           f"moe_dispatch_gemm: num_comm_sms must be in 1..{blocks - 1} (the blocks this context holds at once, "
           f"less one for the GEMM), got {num_comm_sms!r}")
@@ -315,14 +314,13 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
         out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
     d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
     values, _ = grouped_args(grouped, d.recv, w, d.offsets, out, r.capacity, n, k, e)
-    collectives._state(state.recv).launch(kernel, fused_kernel.THREADS, stream, timeout_ns,
-                                          smem=grouped.gemm.smem_bytes, num_comm_sms=num_comm_sms,
-                                          **values, **_push_values(d, x, state))
+    collectives._state(state.recv).launch(kernel, stream, timeout_ns, num_comm_sms=num_comm_sms, **values,
+                                          **_push_values(d, x, state))
     return d, out
 
 
 def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stream=None,
-                timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+                timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
     """Bring the expert outputs back: ``out[t] = sum_k topk_weights[t, k] · y_owner[slot[t, k]]`` for this
     rank's tokens, where ``y`` (a capacity x N symmetric buffer, bf16/f16) holds each rank's expert
     outputs in its receive order (e.g. the second grouped GEMM's output over ``dispatch.offsets``).
@@ -330,6 +328,7 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     _need(isinstance(dispatch, Dispatch), f"moe_combine: dispatch must be what moe_dispatch returned, got "
           f"{type(dispatch).__name__}")
     r = dispatch.routing
+    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_combine: timeout")
     _need(isinstance(y, SymmetricBuffer) and y.heap.world is world,
           "moe_combine: y must be a SymmetricBuffer of the world passed (peers read it)")
     _need(len(y.shape) == 2 and y.shape[0] == r.capacity and y.shape[1] % 8 == 0,
@@ -344,7 +343,7 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     kernel = load(combine_kernel.build, cfg, Device.current())
     units = r.tokens * (n // 8)
     state = collectives._state(y)
-    state.launch(kernel, cfg.threads, stream, timeout_ns, work=-(-units // cfg.threads),
+    state.launch(kernel, stream, timeout_ns, work=-(-units // kernel.threads),
                  ids=dispatch.topk_ids.ptr, slots=dispatch.slots.ptr, weights=dispatch.topk_weights.ptr, units=units,
                  row_units=n // 8, topk=r.topk, local=r.local, out=out.ptr, **state.layout_args("y", y))
     return out

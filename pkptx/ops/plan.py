@@ -121,25 +121,25 @@ class HeapOps:
     def layout_args(name: str, buf: SymmetricBuffer) -> dict:
         return {f"{name}_peers": buf.peer_table_ptr, f"{name}_mc": buf.multicast_ptr or 0}
 
-    def prepare(self, kernel, threads: int, timeout_ns: int, *, smem: int | None = None, work: int | None = None,
-                num_comm_sms: int | None = None, **values):
-        """The prepared launch of a persistent kernel on this heap's progress flags. The grid is what can
-        be resident in this context, capped at ``work`` blocks; ``num_comm_sms`` (default: every block)
-        must leave a compute block."""
-        nblocks = persistent_grid(kernel, threads, smem or 0, work=work)
+    def prepare(self, kernel, timeout_ns: int, *, work: int | None = None, num_comm_sms: int | None = None,
+                **values):
+        """The prepared launch of a persistent kernel on this heap's progress flags, at the block and
+        shared memory the kernel declares. The grid is what can be resident in this context, capped at
+        ``work`` blocks; ``num_comm_sms`` (default: every block) must leave a compute block."""
+        nblocks = persistent_grid(kernel, work=work)
         if num_comm_sms is not None and num_comm_sms >= nblocks:
             raise ArgumentError(f"{kernel.compiled.entry}: num_comm_sms={num_comm_sms} leaves no compute block of "
                                 f"the {nblocks} this context can hold at once")
         args = dict(values, rank=self.heap.world.rank, world=self.heap.world.size, status=self.status.ptr,
                     timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
                     **self.layout_args("flags", self.flags.buffer))
-        config = LaunchConfig(nblocks, threads, dynamic_smem=smem)
+        config = LaunchConfig(nblocks, kernel.threads)
         return kernel.prepare(config, *ordered_args(kernel, args))
 
-    def launch(self, kernel, threads: int, stream, timeout_ns: int, **options) -> None:
+    def launch(self, kernel, stream, timeout_ns: int, **options) -> None:
         """Prepare and queue one launch now (for ops without a plan of their own)."""
         _unchecked.add(self)
-        self.prepare(kernel, threads, timeout_ns, **options).launch(stream)
+        self.prepare(kernel, timeout_ns, **options).launch(stream)
 
     # ------------------------------------------------------------------- heap events
     def _reset(self) -> None:

@@ -11,7 +11,8 @@ Each launch has ``num_comm_sms`` communicator blocks (none at world 1; None: cho
 :func:`auto_comm_sms` and agreed by the ranks; when given, the same on every rank). The receive buffers
 live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
 grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
-never calls makes the others' kernels give up after ``timeout_ns``; :func:`pkptx.synchronize` then raises
+never calls makes the others' kernels give up after the timeout (``timeout=`` seconds, default the
+world's; or ``timeout_ns=``); :func:`pkptx.synchronize` then raises
 a DeviceTimeoutError naming it. Every argument is checked before any GPU work (``check_ring`` and
 ``check_ulysses`` do it on shapes alone).
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..launch import Device, DeviceArray, empty, from_numpy
 from ..launch.flags import FlagArray
-from ..launch.status import DEFAULT_TIMEOUT_NS
+from ..launch.status import device_timeout_ns
 from ..launch.symmetric import SymmetricHeap
 from ..launch.occupancy import context_sm_count
 from ..launch.symmetric import SymmetricBuffer
@@ -197,11 +198,12 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
 
 def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
                    heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
-                   timeout_ns: int = DEFAULT_TIMEOUT_NS) -> DeviceArray:
+                   timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
     """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
     shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp."""
     op = "ring_attention"
     q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
+    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *_shape_dtype(out),
                    *_shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
                    sm_count=context_sm_count())
@@ -221,7 +223,7 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
                 tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
     state = collectives._state(kr)
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
-    state.launch(kernel, 128 * (1 + cfg.attention.consumers), stream, timeout_ns, smem=cfg.smem_bytes,
+    state.launch(kernel, stream, timeout_ns,
                  work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
                  **{n: tensor_map(a, BOX5) for n, a in maps.items()},
                  lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
@@ -257,13 +259,14 @@ def _symmetric(op: str, name: str, buf, world, shape, dtype):
 def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None,
                       out: SymmetricBuffer | None = None, lse: SymmetricBuffer | None = None,
                       heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
-                      timeout_ns: int = DEFAULT_TIMEOUT_NS) -> SymmetricBuffer:
+                      timeout_ns: int | None = None, timeout: float | None = None) -> SymmetricBuffer:
     """This rank's shard of attention over the whole sequence, each rank computing H/world heads: the
     all-to-all in, the attention and the all-to-all out in one launch. ``out`` (B, S, H, D) and ``lse``
     (B, H, S) f32 are SymmetricBuffers (peers store into them); when None, workspace buffers that the
     next call of the same shapes overwrites. Returns ``out``."""
     op = "ulysses_attention"
     q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ulysses(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, causal=causal, scale=scale,
                       num_comm_sms=num_comm_sms, sm_count=context_sm_count())
     out = _symmetric(op, "out", out, world, q.shape, q.dtype)
@@ -297,7 +300,7 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     tables["o_tmaps"] = _map_table(out.peer_ptrs, q.dtype, q.shape, BOX, 128)
     state = collectives._state(bufs["q"])
     scale = d ** -0.5 if scale is None else float(scale)
-    state.launch(kernel, 128 * (1 + cfg.attention.consumers), stream, timeout_ns, smem=cfg.smem_bytes,
+    state.launch(kernel, stream, timeout_ns,
                  work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], **maps, **tables,
                  tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"], local_heads=hl, local_kv_heads=kvl,
                  group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],

@@ -136,12 +136,17 @@ class FakeLaunch:
     """Stands in for a loaded kernel: records the launch shape and the arguments by parameter name."""
 
     def __init__(self, factory, cfg):
-        self.param_names = tuple(p.name for p in factory(cfg).params)
-        self.compiled = type("C", (), {"entry": factory(cfg).name})
+        from math import prod
+
+        from pkptx.toolchain import build_cached
+        self.compiled = build_cached(factory, cfg)
+        self.param_names = tuple(p.name for p in self.compiled.params)
+        self.threads = prod(self.compiled.block)
         self.calls = []
 
     def prepare(self, config, *args):
-        shape = (config.grid[0], config.block[0]) + ((config.dynamic_smem,) if config.dynamic_smem else ())
+        smem = config.smem_for(self.compiled)
+        shape = (config.grid[0], config.block[0]) + ((smem,) if smem else ())
         return type("P", (), {"launch": lambda _, stream=None: self.calls.append(
             (shape, dict(zip(self.param_names, args))))})()
 
@@ -161,7 +166,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(op, "device_status", lambda dev: type("S", (), {"ptr": 0x1000})())
     monkeypatch.setattr(op, "tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
     monkeypatch.setattr(op, "empty", lambda shape, dtype, stream=None: DeviceArray(0x900000, shape, dtype))
-    monkeypatch.setattr(op, "persistent_grid", lambda kernel, threads, smem, work: min(work, 132))
+    monkeypatch.setattr(op, "persistent_grid", lambda kernel, work: min(work, 132))
     monkeypatch.setattr(op, "context_sm_count", lambda dev=None: 132)
 
     def load(factory, cfg, dev):
