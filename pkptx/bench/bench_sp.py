@@ -13,6 +13,7 @@ GPU the figures measure the protocol, the overlap and the SM split, not NVLink.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import numpy as np
@@ -30,18 +31,27 @@ def main(argv=None) -> int:
     ap.add_argument("--ulysses-batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--num-comm-sms", type=int, default=None, help="default: the ops' choice from the shapes")
+    ap.add_argument("--ring-relay", default=None, metavar="LANES,STAGES,CHUNK",
+                    help="the ring communicators' relay (threads, shared-memory stages each, bytes a chunk); "
+                         "default: ring_attention's")
     args = ap.parse_args(argv)
     import ml_dtypes
 
     import pkptx
     from ..launch import Device, Stream, SymmetricHeap, World, empty, from_numpy
+    from ..templates.kernels import ring_attention
+    ring_config = None
+    if args.ring_relay:
+        lanes, stages, chunk = map(int, args.ring_relay.split(","))
+        ring_config = dataclasses.replace(ring_attention.default_config("bf16", 128, False), relay_lanes=lanes,
+                                          relay_stages=stages, relay_chunk=chunk)
     world = World()
     Device(world.device_ordinal()).set_current()
     stream, w, bf16, d = Stream(), world.size, ml_dtypes.bfloat16, 128
     batches = {"ring": args.ring_batch, "ulysses": args.ulysses_batch}
-    ring_lengths = [n for n in map(int, args.ring_lengths.split(",")) if n % (2 * w) == 0]
-    ulysses_lengths = [n for n in map(int, args.ulysses_lengths.split(",")) if n % w == 0]
-    biggest = max([args.ring_batch * n * 16 * d * 2 * 6 for n in ring_lengths]
+    ring_lengths = [n for n in map(int, filter(None, args.ring_lengths.split(","))) if n % (2 * w) == 0]
+    ulysses_lengths = [n for n in map(int, filter(None, args.ulysses_lengths.split(","))) if n % w == 0]
+    biggest = max([0] + [args.ring_batch * n * 16 * d * 2 * 6 for n in ring_lengths]
                   + [args.ulysses_batch * n * 128 * d * 2 * 7 // w for n in ulysses_lengths])
     heap = SymmetricHeap(world, 3 * biggest + (256 << 20))   # the steps' buffers and the ops' workspaces
     rng = np.random.default_rng(11 + world.rank)
@@ -74,7 +84,7 @@ def main(argv=None) -> int:
 
         def fused():
             pkptx.ring_attention(q, k_shard.local, v_shard.local, world, out=out, num_comm_sms=args.num_comm_sms,
-                                 stream=stream)
+                                 stream=stream, config=ring_config)
 
         def gather():
             pkptx.all_gather(k_shard, world, dim=1, out=k_full, stream=stream)
@@ -137,7 +147,8 @@ def main(argv=None) -> int:
                ["op", "mask", "B", "tokens", "rel diff", "fused ms", "sequential ms", "attention ms", "comm ms",
                 "speedup", "unoverlapped comm", "fused TFLOP/s per rank"], rows,
                sharing_note + "D=128, bf16; ring H=16 (non-causal), Ulysses H=128 (causal); "
-               f"num_comm_sms={args.num_comm_sms or 'auto'}; median of CUDA events, GPU time (a GPU spin before each repeat "
+               f"num_comm_sms={args.num_comm_sms or 'auto'}; ring relay {args.ring_relay or 'default'}; "
+               "median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host).", args.record)
     heap.close()
     world.close()

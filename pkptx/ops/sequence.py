@@ -86,7 +86,7 @@ def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: flo
 
 def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
                out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
-               sm_count: int | None = None) -> dict:
+               sm_count: int | None = None, config: ring_kernel.Config | None = None) -> dict:
     """The launch plan of a ring attention after checking every rule; no GPU needed."""
     op = "ring_attention"
     batch, seq, heads, kv_heads, dim = _check_shards(op, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
@@ -94,7 +94,11 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
                                                      scale, num_comm_sms, sm_count)
     if causal and seq % 2:
         raise SequenceArgumentError(f"{op}: causal needs an even shard length S (the zigzag halves), got {seq}")
-    cfg = ring_kernel.default_config(dtype_name(q_dtype), dim, causal)
+    cfg = config or ring_kernel.default_config(dtype_name(q_dtype), dim, causal)
+    if type(cfg) is not ring_kernel.Config or \
+            (cfg.attention.dtype, cfg.attention.head_dim, cfg.causal) != (dtype_name(q_dtype), dim, causal):
+        raise SequenceArgumentError(f"{op}: config must be a ring_attention Config for {dtype_name(q_dtype)}, D={dim}, "
+                                    f"causal={causal}, got {config!r}")
     chunk = seq // cfg.halves
     k_blocks = -(-chunk // ring_kernel.KEY_BLOCK)
     q_blocks = -(-chunk // cfg.attention.rows)
@@ -198,15 +202,18 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
 
 def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
                    heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
-                   timeout_ns: int | None = None, timeout: float | None = None) -> DeviceArray:
+                   timeout_ns: int | None = None, timeout: float | None = None,
+                   config: ring_kernel.Config | None = None) -> DeviceArray:
     """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
-    shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp."""
+    shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp.
+    ``config``: the kernel's (attention and relay; the same on every rank), default
+    :func:`ring_attention.default_config`."""
     op = "ring_attention"
     q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *_shape_dtype(out),
                    *_shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
-                   sm_count=context_sm_count())
+                   sm_count=context_sm_count(), config=config)
     cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
     p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
     if out is None:

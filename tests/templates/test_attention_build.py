@@ -15,10 +15,11 @@ from pkptx.templates.kernels import attention_merge as merge
 from pkptx.toolchain import assemble
 from tests.helpers.assemble import consumer_budget_log
 
-LAUNCHED = [kernel.default_config(dtype, d) for dtype in ("bf16", "f16") for d in (64, 128)]
+LAUNCHED = [kernel.default_config(*launched) for launched in kernel.LAUNCHED]
 MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
         kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True),
-        kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True)]
+        kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True),
+        kernel.Config(head_dim=128, q_stages=1, pingpong=True)]
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
@@ -54,13 +55,14 @@ def test_catalogued():
 @pytest.mark.parametrize("overlap", [False, True])
 def test_ptx_forms_and_determinism(overlap):
     cfg = dataclasses.replace(kernel.default_config("bf16", 128), overlap=overlap, rebalance=overlap,
-                              q_stages=1 if overlap else 2)
+                              q_stages=1 if overlap else 2, pingpong=not overlap)
     ptx = kernel.build(cfg).render()
     assert ptx == kernel.build(cfg).render()
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
     pv = [line for line in ptx.splitlines() if "wgmma.mma_async" in line and ", 1, 1, 1;" in line]
     copies = 2 if overlap else 1         # the overlapped loop issues the last block's P·V after the loop
     assert len(pv) == copies * cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V"
+    assert ("bar.arrive" in ptx) == cfg.pingpong, "the warpgroups' turns are named-barrier arrivals"
     for form in ("ex2.approx.ftz.f32", "shfl.sync.bfly.b32", "cvt.rn.bf16x2.f32",
                  "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "cp.async.bulk.tensor.4d.global.shared::cta"):
         assert form in ptx, form
@@ -69,6 +71,7 @@ def test_ptx_forms_and_determinism(overlap):
 @pytest.mark.parametrize("make", [
     lambda: kernel.Config(head_dim=96), lambda: kernel.Config(dtype="f32"), lambda: kernel.Config(block_k=96),
     lambda: kernel.Config(consumers=4), lambda: kernel.Config(head_dim=128, consumers=3, stages=3),
+    lambda: kernel.Config(consumers=1, pingpong=True), lambda: kernel.Config(overlap=True, pingpong=True),
     lambda: merge.Config(threads=100),
 ])
 def test_bad_configs_are_refused(make):

@@ -135,12 +135,12 @@ def test_default_outputs_and_dlpack_inputs(gpu):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,dim", [(t, d) for t in ("bf16", "f16") for d in (64, 128)])
-def test_launched_kernels_do_not_spill(gpu, dtype, dim):
+@pytest.mark.parametrize("launched", kernel.LAUNCHED, ids=str)
+def test_launched_kernels_do_not_spill(gpu, launched):
     """The configs the op launches, as loaded (the driver's JIT for setmaxnreg ones): no local memory."""
     from pkptx.launch import Device
     from pkptx.ops.common import load
-    cfg = kernel.default_config(dtype, dim)
+    cfg = kernel.default_config(*launched)
     fn = load(kernel.build, cfg, Device.current()).function
     print(f"{cfg.name}: {fn.num_regs} registers at entry, {fn.local_bytes} local bytes")
     assert fn.local_bytes == 0, (cfg.name, fn.local_bytes)

@@ -21,6 +21,7 @@ see no key get O = 0 and LSE = -inf.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,6 +52,7 @@ class Config:
     q_stages: int = 2            # Q buffers: the next task's Q loads while this one runs
     rebalance: bool = False      # setmaxnreg: the loader warpgroup's registers go to the consumers
     overlap: bool = False        # block j's Q·Kᵀ issued before block j-1's P·V (FlashAttention-3's overlap)
+    pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -59,6 +61,9 @@ class Config:
                 self.q_stages not in (1, 2):
             raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
                                 f"got {self}")
+        if self.pingpong and (self.overlap or self.consumers < 2):
+            raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups "
+                                f"of the plain loop (overlap=False), got {self}")
         if self.smem_bytes > SMEM_LIMIT:
             raise PTXBuildError(f"attention Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
 
@@ -89,7 +94,8 @@ class Config:
     @property
     def name(self) -> str:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
-                f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else ""))
+                f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
+                + ("_p" if self.pingpong else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -193,11 +199,44 @@ def pipelines(ctx):
             Pipeline((ctx.rings["k_full"], ctx.rings["v_full"]), ctx.rings["kv_empty"], uses=ctx.param("it")))
 
 
+@dataclass(frozen=True)
+class Turns:
+    """FlashAttention-3's ping-pong: the consumer warpgroups issue their matrix products in turn, so one
+    warpgroup's softmax runs while the next one's product has the tensor cores (left free, the
+    warpgroups drift into step and all wait on the same unit, then all run softmax). Warpgroup w takes
+    its turn at named barrier ``FIRST + w`` (its 128 threads and the previous warpgroup's 128 arrivals)
+    and hands the turn on by arriving at the next one's; the last warpgroup hands the first its first turn
+    in the prologue. Every warpgroup of a block takes the same number of turns (two per K/V block: the
+    block count is the query block's), so the turns stay in step across tasks."""
+    mine: object
+    after: object
+    FIRST = 8                    # past the staging barriers (1 .. consumers)
+
+    @classmethod
+    def of(cls, b, consumers: int, wg) -> "Turns":
+        after = b.rem(u32, b.add(u32, wg, 1), consumers, name="next_wg")
+        return cls(b.add(u32, wg, cls.FIRST, name="turn_barrier"), b.add(u32, after, cls.FIRST, name="next_turn"))
+
+    @classmethod
+    def start(cls, b, consumers: int, tid) -> None:
+        """The last consumer warpgroup (warpgroup ``consumers``; 0 is the loader's) hands turn 0 on."""
+        last = b.setp("eq", u32, b.shr(u32, tid, 7), consumers, name="last_consumer")
+        b.bar_arrive(cls.FIRST, 256, pred=last)
+
+    def take(self, b) -> None:
+        b.bar_sync(self.mine, 256)
+
+    def give(self, b) -> None:
+        b.bar_arrive(self.after, 256)
+
+
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
     def prologue(ctx):
         ctx.let(it=ctx.b.mov(u32, 0, name="it"), tq=ctx.b.mov(u32, 0, name="tq"))
+        if cfg.pingpong:
+            Turns.start(ctx.b, cfg.consumers, ctx.tid)
 
     def loader(ctx, task):
         """One lane: Q of the block once its buffer is free, then K and V block by block."""
@@ -263,6 +302,16 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         for o in o_acc:
             b.mov(f32, 0.0, into=o)
         scale_log2 = ctx.param("scale_log2")
+        turns = Turns.of(b, cfg.consumers, wg) if cfg.pingpong else None
+
+        @contextmanager
+        def in_turn():
+            """The matrix product issued in the body, in this warpgroup's turn when there are turns."""
+            if turns is not None:
+                turns.take(b)
+            yield
+            if turns is not None:
+                turns.give(b)
 
         def ring_slot(name, it):
             slot = kv_pipe.at(b, it)
@@ -272,16 +321,18 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             """Issue S = Q·Kᵀ for the K block in ring slot ``it`` (committed, not waited)."""
             slot, k_tile = ring_slot("smem_k", it)
             kv_pipe.wait(b, slot, deadline=deadline, abandon=True, name="wait_k")
-            for db in range(d_boxes):
-                mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
-                            b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
-                            n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+            with in_turn():
+                for db in range(d_boxes):
+                    mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
+                                b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
+                                n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
 
         def values(p_regs):
             """Issue O += P·V for the V block in ring slot ``it``; returns the slot."""
             slot, v_tile = ring_slot("smem_v", ctx.param("it"))
             kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=1, name="wait_v")
-            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
+            with in_turn():
+                pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
             return slot
 
         def release(slot):
@@ -401,18 +452,29 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     return out, lse
 
 
-def default_config(dtype: str, head_dim: int) -> Config:
+SHORT_CAUSAL = 2048             # keys at most, for the D=64 causal choice below
+
+
+def default_config(dtype: str, head_dim: int, causal: bool = False, seq_k: int | None = None) -> Config:
     """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-03): the plain
-    loop, 2 consumer warpgroups at D=128 (168 registers a thread, no spills) and 3 at D=64 (128). The
-    ``overlap`` loop holds S of the next block, O and P at once, so at D=128 it needs setmaxnreg
-    (``rebalance``: 232 registers a consumer thread, loaded through the driver's JIT) and one Q buffer;
-    it measured slower at every shape."""
+    loop, 2 consumer warpgroups at D=128 (168 registers a thread, no spills), taking turns (``pingpong``)
+    without a mask (+3-4 %; with the mask, tasks are short and the turns cost at their ends), and 3 at
+    D=64 (128 registers), or 2 for causal runs of at most SHORT_CAUSAL keys (+20 % at 1024: a third of
+    the work is diagonal blocks, where three warpgroups wait longer on one another). The ``overlap``
+    loop holds S of the next block, O and P at once, so at D=128 it needs setmaxnreg (``rebalance``: 232
+    registers a consumer thread, loaded through the driver's JIT) and one Q buffer; it measured slower
+    at every shape."""
     if head_dim == 128:
+        return Config(dtype=dtype, head_dim=head_dim, consumers=2, pingpong=not causal)
+    if causal and seq_k is not None and seq_k <= SHORT_CAUSAL:
         return Config(dtype=dtype, head_dim=head_dim, consumers=2)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
 
 
+LAUNCHED = [(dtype, head_dim, causal, seq_k) for dtype in ("bf16", "f16") for head_dim, causal, seq_k in
+            ((128, False, None), (128, True, None), (64, False, None), (64, True, SHORT_CAUSAL))]
+
+
 def catalog():
-    for dtype in ("bf16", "f16"):
-        for head_dim in (64, 128):
-            yield build(default_config(dtype, head_dim))
+    for launched in LAUNCHED:
+        yield build(default_config(*launched))

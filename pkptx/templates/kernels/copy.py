@@ -1,7 +1,7 @@
 """Bulk copy through shared memory with TMA (``cp.async.bulk``), one issuing thread per CTA.
 
 A persistent grid walks ``chunk``-byte pieces of the buffer: chunk ``cta + j * nctas`` for j = 0, 1, ...
-Each CTA keeps ``stages - 1`` loads in flight ahead of the store it issues, so one thread per CTA
+Each CTA keeps ``stages - 1`` loads in flight ahead of the store it issues (:func:`stream_copy`), so one thread per CTA
 moves data at close to the copy engine's rate without occupying the SM's warps; several small CTAs per
 SM (``CTAS_PER_SM``) keep more independent streams in flight than one large one.
 """
@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Kernel, Param, address, u32, u64
+from ...isa import Kernel, Param, u32, u64
 from ...primitives import Pipeline, StageRing
+from ...primitives.stream import stream_copy
 from ...primitives.sync import Deadline
 
 
@@ -50,42 +51,13 @@ def build(cfg: Config = Config()) -> Kernel:
     ring = StageRing(b.mov(u32, k.shared("full", 8 * cfg.stages, align=8), name="full"), cfg.stages)
     leader = b.elect()
     ring.init(b, 1, leader=leader)
-    pipe = Pipeline((ring,))     # freed by the bulk store that read the stage; stepped once the loads run ahead
     with b.if_then(leader):
-        dst, src, nbytes = b.load_param("dst"), b.load_param("src"), b.load_param("nbytes")
         deadline = Deadline.start(b, rank=b.mov(u32, 0, name="rank"))
-        cta, nctas = b.cvt(u64, u32, b.special("ctaid.x")), b.cvt(u64, u32, b.special("nctaid.x"))
-        chunks = b.div(u64, b.add(u64, nbytes, cfg.chunk - 1), cfg.chunk)
-        mine = b.div(u64, b.add(u64, b.sub(u64, chunks, cta, name="left"), b.sub(u64, nctas, 1)), nctas,
-                     name="mine")   # chunks this CTA copies: ceil((chunks - cta) / nctas), cta < chunks
-
-        def chunk_io(j, stage):
-            """(global byte offset, byte count, shared address) of this CTA's j-th chunk."""
-            off = b.mul(u64, b.mad(u64, j, nctas, cta, mode="lo"), cfg.chunk, mode="lo", name="off")
-            size = b.cvt(u32, u64, b.min(u64, b.sub(u64, nbytes, off), cfg.chunk), name="size")
-            smem = b.mad(u32, stage, cfg.chunk, data, mode="lo", name="smem")
-            return off, size, smem
-
-        def issue_load(j, stage):
-            off, size, smem = chunk_io(j, stage)
-            bar = pipe.commit(b, size, stage=stage)
-            b.bulk_load(address(smem), address(b.add(u64, src, off)), size, bar)
-
-        with b.if_then(b.setp("lt", u64, cta, chunks)):
-            for j in b.range(0, b.min(u64, mine, cfg.stages - 1), ty=u64, name="pro"):
-                issue_load(j, b.cvt(u32, u64, j, name="pro_stage"))
-            pipe = pipe.stepped(b)                      # at chunk j
-            for j in b.range(0, mine, ty=u64, name="j"):
-                stage = pipe.wait(b, deadline=deadline).stage
-                off, size, smem = chunk_io(j, stage)
-                b.bulk_store(address(b.add(u64, dst, off)), address(smem), size)
-                b.bulk_commit_group()
-                ahead = b.add(u64, j, cfg.stages - 1, name="ahead")
-                with b.if_then(b.setp("lt", u64, ahead, mine)):
-                    pipe.acquire(b, pending=1)          # the store that last used this stage has read it
-                    issue_load(ahead, pipe.behind(b).stage)
-                pipe.advance(b)
-            b.bulk_wait_group(0)
+        pipe = Pipeline((ring,), uses=b.mov(u32, 0, name="uses"))   # a stage is freed by the store that read it
+        stream_copy(b, pipe, b.load_param("dst"), b.load_param("src"), b.load_param("nbytes"), chunk=cfg.chunk,
+                    buffer=data, deadline=deadline, first=b.cvt(u64, u32, b.special("ctaid.x")),
+                    stride=b.cvt(u64, u32, b.special("nctaid.x")))
+        b.bulk_wait_group(0)
     b.ret()
     return k
 

@@ -8,9 +8,9 @@ communicators and on the next rank's ticket 0, never on compute blocks) forward 
 s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
 r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
 memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
-(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``; RELAY_LANES
-threads of the communicator each move a share of the piece and signal, so a flag reaches
-``RELAY_LANES · epoch``). Piece p is
+(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes``
+threads of the communicator each move a share of the piece (:func:`stream_copy`, 16 KiB chunks, loads
+running ``relay_stages - 1`` chunks ahead of stores) and signal, so a flag reaches ``lanes · epoch``. Piece p is
 always moved by communicator ``p mod num_comm_sms`` on every rank, step by step, so a communicator
 waits only on its namesake of the previous rank for an earlier (step, piece), which has started (by
 induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the same
@@ -37,10 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
-from ...primitives import Pipeline
+from ...isa import Param, Scope, Sem, b8, f32, u32, u64
+from ...primitives import Pipeline, StageRing
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
+from ...primitives.stream import stream_copy
 from ...primitives.tma import tensor_map_param
 from ..lcsc import WINDOW_SLACK, Ring
 from ..progress import close_barrier
@@ -50,7 +51,8 @@ KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arr
 READY = 0                 # arrive[0]: the next rank's launch has started (it adds 1 per call)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per piece (and per arrival flag)
-RELAY_LANES = 6           # threads of a communicator that each move every 6th chunk of a piece (and signal)
+RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
+RELAY_LANES = 12          # (H200, probe/push_probe.py, bench/RESULTS.md 2026-12-03)
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
     Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
     Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
@@ -63,7 +65,18 @@ class Config:
     """The attention configuration of the compute blocks, and the mask (also Ulysses' Config)."""
     attention: attention.Config = attention.Config()
     causal: bool = False
+    relay_lanes: int | None = None   # threads of a communicator that each move every lanes-th chunk of a piece
+                                     # (and signal); None: as many as the window holds stages, at most RELAY_LANES
+    relay_stages: int = 1     # shared-memory stages per lane: its loads run stages - 1 chunks ahead of its stores
+    relay_chunk: int = RELAY_CHUNK   # bytes per chunk
     prefix = "ring"           # of the kernel name (a class attribute, not a field)
+
+    @property
+    def lanes(self) -> int:
+        if self.relay_lanes is not None:
+            return self.relay_lanes
+        window = attention.template(self.attention).dynamic_smem - WINDOW_SLACK
+        return max(1, min(RELAY_LANES, window // (self.relay_stages * self.relay_chunk)))
 
     @property
     def halves(self) -> int:
@@ -76,7 +89,9 @@ class Config:
 
     @property
     def name(self) -> str:
-        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}"
+        relay = "" if (self.relay_lanes, self.relay_stages, self.relay_chunk) == (None, 1, RELAY_CHUNK) else \
+            f"_l{self.lanes}s{self.relay_stages}c{self.relay_chunk // 1024}"
+        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}{relay}"
 
 
 def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
@@ -108,13 +123,13 @@ class PeerPlan(attention.Plan):
         return later_deadline(ctx, 2)
 
 
-def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
-    """Acquire the piece's arrival (every relay lane of the sender has signalled, RELAY_LANES per call),
+def await_piece(ctx, index, src, lanes: int, *, deadline: Deadline) -> None:
+    """Acquire the piece's arrival (every relay lane of the sender has signalled, ``lanes`` per call),
     then order it before the async proxy's (TMA) reads of the data. The caller emits it on one path only,
     so it reads parameters through a branch of ``ctx``."""
     ctx = ctx.branch()
     b = ctx.b
-    expected = b.mul(u32, ctx.param("epoch"), RELAY_LANES, mode="lo", name="piece_signals")
+    expected = b.mul(u32, ctx.param("epoch"), lanes, mode="lo", name="piece_signals")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
          scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
@@ -180,7 +195,8 @@ class RingPlan(PeerPlan):
             def before_load(kb, src=src, khalf=khalf, own=own):
                 with b.if_then(b.not_("pred", own, name="from_peer")):
                     cctx = ctx.branch()
-                    await_piece(cctx, arrival_index(b, t.batch, src, khalf, kb, cctx, halves), src, deadline=deadline)
+                    await_piece(cctx, arrival_index(b, t.batch, src, khalf, kb, cctx, halves), src, cfg.lanes,
+                                deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
@@ -210,11 +226,11 @@ def build(cfg: Config = Config()):
     a = cfg.attention
     if a.block_k != KEY_BLOCK:
         raise PTXBuildError(f"ring_attention: block_k must be the piece size {KEY_BLOCK}, got {a.block_k}")
-    chunk_bytes = a.kv_bytes                   # one relay lane's stage
+    lanes, stages, chunk_bytes = cfg.lanes, cfg.relay_stages, cfg.relay_chunk
     window = attention.template(a).dynamic_smem - WINDOW_SLACK
-    if window < RELAY_LANES * chunk_bytes:
-        raise PTXBuildError(f"ring_attention: {RELAY_LANES} relay stages of {chunk_bytes} bytes need more than the "
-                            f"{window} bytes of shared memory of {a.name}")
+    if not 1 <= lanes <= 32 or stages < 1 or chunk_bytes % 16 or window < lanes * stages * chunk_bytes:
+        raise PTXBuildError(f"ring_attention: {lanes} relay lanes (1-32) of {stages} stages of {chunk_bytes} bytes "
+                            f"(a multiple of 16) need more than the {window} bytes of shared memory of {a.name}")
 
     def announce(ctx):
         """To the previous rank (the one that pushes here)."""
@@ -223,27 +239,19 @@ def build(cfg: Config = Config()):
         signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
-                             layouts=(KR, VR, ARRIVE), rings=lambda base: base.rings + (Ring("relay", RELAY_LANES, 1),))
+                             layouts=(KR, VR, ARRIVE),
+                             rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
 
     def relay(ctx, lane, dst, src, nbytes) -> None:
-        """This lane's chunks (``lane``, ``lane + RELAY_LANES``, ...) of ``nbytes`` from ``src`` (local) to
-        ``dst`` (a peer) through its own shared-memory stage (the dynamic window, which a communicator
-        does not otherwise use, cut into RELAY_LANES stages) and mbarrier: the lanes' copies overlap.
-        ``wait_group.read 0`` before each load: the lane's previous store has read the stage."""
+        """This lane's chunks (``lane``, ``lane + lanes``, ...) of ``nbytes`` from ``src`` (local) to
+        ``dst`` (a peer) through its own ``stages`` stages of shared memory (the dynamic window, which a
+        communicator does not otherwise use) and mbarriers (:func:`stream_copy`): the lanes' copies
+        overlap, and each lane's loads run ahead of its stores."""
         b = ctx.b
-        pipe = Pipeline.bounce(ctx.rings["relay"].bar(b, lane), uses=ctx.param("relayed"))
-        buf = b.mad(u32, lane, chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
-        first = b.mul(u32, lane, chunk_bytes, mode="lo", name="relay_first")
-        for done in b.range(first, nbytes, RELAY_LANES * chunk_bytes, name="relay"):
-            size = b.min(u32, b.sub(u32, nbytes, done), chunk_bytes, name="relay_bytes")
-            pipe.acquire(b)
-            bar = pipe.commit(b, size)
-            offset = b.cvt(u64, u32, done)
-            b.bulk_load(address(buf), address(b.add(u64, src, offset)), size, bar)
-            pipe.wait(b, deadline=ctx.deadline, name="relay_in")
-            b.bulk_store(address(b.add(u64, dst, offset)), address(buf), size)
-            b.bulk_commit_group()
-            pipe.advance(b)
+        own = StageRing(b.mad(u32, lane, 8 * stages, ctx.rings["relay"].base, mode="lo", name="relay_bars"), stages)
+        buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
+        stream_copy(b, Pipeline((own,), uses=ctx.param("relayed")), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
+                    deadline=ctx.deadline, first=lane, stride=lanes)
 
     def padded_pieces(ctx):
         """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
@@ -259,12 +267,12 @@ def build(cfg: Config = Config()):
         """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
         to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
         a communicator pushes all its own pieces before it waits on anything but the next rank's start.
-        Threads 0 .. RELAY_LANES-1 each do all of it for their share of the chunks, with no barrier
+        Threads 0 .. lanes-1 each do all of it for their share of the chunks, with no barrier
         between them (a lane that times out just exits): each waits, copies, and adds 1 to the flag."""
         b, halves = ctx.b, cfg.halves
         padded = padded_pieces(ctx)
         piece = b.rem(u32, task, padded, name="piece")
-        forwarder = b.setp("lt", u32, ctx.tid, RELAY_LANES, name="forwarder")
+        forwarder = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
         with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=forwarder, name="real_piece")):
             ctx = ctx.branch()
             step = b.add(u32, b.div(u32, task, padded), 1, name="step")
@@ -288,7 +296,7 @@ def build(cfg: Config = Config()):
             local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
             flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
             with b.if_then(b.not_("pred", own, name="forwarded")):
-                await_piece(ctx, flag, src, deadline=ctx.deadline)
+                await_piece(ctx, flag, src, lanes, deadline=ctx.deadline)
             for x, lay in (("k", "kr"), ("v", "vr")):
                 base = b.selp(u64, ctx.param(f"{x}_local"), ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
                 src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
@@ -357,8 +365,10 @@ def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None
 
 def default_config(dtype: str, head_dim: int, causal: bool, kind=Config) -> Config:
     """The configuration the op launches: attention's, but 2 consumer warpgroups at D=64 too (with 3,
-    the per-run bookkeeping spills at 128 registers a thread), and one Q buffer."""
-    return kind(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1), causal)
+    the per-run bookkeeping spills at 128 registers a thread), one Q buffer, and the warpgroups' turns
+    (``pingpong``) without a mask at D=128, as attention's."""
+    return kind(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1,
+                                 pingpong=head_dim == 128 and not causal), causal)
 
 
 LAUNCHED = [(dtype, head_dim, causal) for dtype in ("bf16", "f16") for head_dim in (64, 128) for causal in (False, True)]

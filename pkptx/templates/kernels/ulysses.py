@@ -33,6 +33,7 @@ from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
 from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
 from ...primitives.tma import tensor_map_param
+from ..lcsc import WINDOW_SLACK, Ring
 from ..progress import close_barrier
 from . import attention
 from . import ring_attention
@@ -143,12 +144,15 @@ def build(cfg: Config = Config()):
         signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope=Scope.SYS,
                    multicast=False)
 
+    lanes = push_lanes(cfg.attention)
+    lane_bytes = lane_buffer_bytes(cfg.attention)
     t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce, counter="piece_phase",
                              params=PARAMS + tuple(Param(f"tmap_{x}g_local", b8, 128, 64) for x in "qkv"),
-                             layouts=(ARRIVE, LSE), tensor_maps=MAPS)
+                             layouts=(ARRIVE, LSE), tensor_maps=MAPS,
+                             rings=lambda base: base.rings + (Ring("push", lanes, 1),))
 
     def comm_tasks(ctx):
-        return ctx.param("pieces")
+        return ctx.b.div(u32, ctx.b.add(u32, ctx.param("pieces"), lanes - 1), lanes, name="push_tasks")
 
     def await_ranks(ctx):
         """Before its first push, a communicator waits until every other rank's launch has started:
@@ -159,11 +163,16 @@ def build(cfg: Config = Config()):
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
         b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
-    def push(ctx, piece):
-        """One piece (batch, head group, destination, row block): load its Q, K and V boxes, store them
-        into the destination's slot for this rank, raise the destination's group flag."""
+    def push(ctx, task):
+        """Pieces task·lanes + lane (batch, head group, destination, row block), one per lane thread, each
+        through its own shared-memory buffer and barrier, so the lanes' copies overlap: load the
+        piece's Q, K and V boxes, store them into the destination's slot for this rank, raise the
+        destination's group flag."""
         b = ctx.b
-        with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="pusher")):
+        lane = ctx.tid
+        piece = b.mad(u32, task, lanes, lane, mode="lo", name="piece")
+        pusher = b.setp("lt", u32, lane, lanes, name="pusher")
+        with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=pusher, name="real_piece")):
             world, rank, row_pieces = ctx.world, ctx.rank, ctx.param("row_pieces")
             rb = b.rem(u32, piece, row_pieces, name="piece_rows_block")
             rest = b.div(u32, piece, row_pieces, name="piece_rest")
@@ -173,24 +182,25 @@ def build(cfg: Config = Config()):
             local_kv = ctx.param("local_kv_heads")
             g, batch = b.rem(u32, rest, local_kv, name="piece_group"), b.div(u32, rest, local_kv, name="piece_batch")
             row = b.mul(u32, rb, ctx.param("piece_rows"), mode="lo", name="piece_row")
-            with b.if_then(b.setp("eq", u32, piece, ctx.ticket, name="first_piece")):
+            with b.if_then(b.setp("eq", u32, task, ctx.ticket, name="first_task")):
                 await_ranks(ctx.branch())
             group = ctx.param("group")
             q_head = b.mad(u32, dest, ctx.param("local_heads"), b.mul(u32, g, group, mode="lo"), mode="lo",
                            name="src_q_head")
             kv_head = b.mad(u32, dest, local_kv, g, mode="lo", name="src_kv_head")
-            pipe = Pipeline.bounce(ctx.rings["q_full"].bar(b, 0), phase=ctx.param("piece_phase"))
-            pipe.acquire(b)                               # the last piece has left shared memory
+            pipe = Pipeline.bounce(ctx.rings["push"].bar(b, lane), phase=ctx.param("piece_phase"))
+            pipe.acquire(b)                               # the lane's last piece has left shared memory
             bar = pipe.commit(b, ctx.param("piece_bytes"))
-            boxes = (("q", "smem_q", q_head, b.mul(u32, g, group, mode="lo", name="dst_q_head")),
-                     ("k", "smem_k", kv_head, g), ("v", "smem_v", kv_head, g))
+            q_buf = b.mad(u32, lane, lane_bytes, ctx.smem["smem_q"], mode="lo", name="push_buffer")
+            k_buf = b.add(u32, q_buf, cfg.attention.q_bytes // cfg.attention.q_stages, name="push_k")
+            boxes = (("q", q_buf, q_head, b.mul(u32, g, group, mode="lo", name="dst_q_head")),
+                     ("k", k_buf, kv_head, g), ("v", b.add(u32, k_buf, cfg.attention.kv_bytes, name="push_v"), kv_head, g))
             for x, buf, src_head, _ in boxes:
-                b.tensor_load(address(ctx.smem[buf]), tensor_map_param(b, f"tmap_{x}s"), (0, src_head, row, batch), bar)
+                b.tensor_load(address(buf), tensor_map_param(b, f"tmap_{x}s"), (0, src_head, row, batch), bar)
             pipe.wait(b, deadline=ctx.deadline, name="piece_in")
             pipe.advance(b)
             for x, buf, _, dst_head in boxes:       # one bulk group: the last store commits it
-                store_async(b, ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), ctx.smem[buf],
-                            commit=x == "v")
+                store_async(b, ctx.tmaps[f"{x}g"].of(b, dest), (0, dst_head, row, rank, batch), buf, commit=x == "v")
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], dest, group_flag(b, ctx, batch, rank, g)), 1,
                    sem=Sem.RELEASE, scope=Scope.SYS)
@@ -203,6 +213,17 @@ def build(cfg: Config = Config()):
         close_barrier(ctx, 1, multicast=False)
 
     return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
+
+
+def lane_buffer_bytes(cfg: attention.Config) -> int:
+    """Shared memory of one push lane: a piece's Q rows (at most one Q buffer) and its K and V rows (at
+    most one K/V stage each), 1024-aligned."""
+    return -(-(cfg.q_bytes // cfg.q_stages + 2 * cfg.kv_bytes) // 1024) * 1024
+
+
+def push_lanes(cfg: attention.Config) -> int:
+    """Pieces a communicator has in flight: as many lane buffers as the attention's window holds."""
+    return max(1, (attention.template(cfg).dynamic_smem - WINDOW_SLACK) // lane_buffer_bytes(cfg))
 
 
 def piece_rows(group: int, cfg: attention.Config) -> int:
