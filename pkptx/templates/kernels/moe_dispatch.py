@@ -26,9 +26,10 @@ fused GEMM can start on them while later experts are still on their way.
 
 *Push* (:func:`push_roles`, communicator blocks): lane 0 of every warp takes one pair at a time, in
 send order: a 1-D bulk copy of its token's row into the warp's shared buffer (mbarrier), a bulk store
-into the owner's receive buffer at its slot, ``cp.async.bulk.wait_group 0`` +
-``fence.proxy.async.global`` (pk-design 5), then ``red.release.sys.add`` of 1 on the owner's counter
-of the slot's 128-row block.
+into the owner's receive buffer at its slot; once the next row's store is issued,
+``cp.async.bulk.wait_group 1`` + ``fence.proxy.async.global`` (pk-design 5: this row's writes are
+complete), then ``red.release.sys.add`` of 1 on the owner's counter of the slot's 128-row block (the
+last row's after ``wait_group 0``).
 A block of the receive buffer is complete when its counter reaches ``min(128, rows - 128·block)``:
 the fused GEMM's tiles wait for exactly that. The plain dispatch ends with the ranks' closing
 barrier, so when it completes every rank's rows have arrived.
@@ -217,14 +218,26 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
     """``comm_tasks`` and ``communicator`` for pushing rows: warp w of a block takes the pair at
     ``order[task · warps + w]`` (route's send order: expert by expert, so each owner's first row
     blocks fill first); ``buffer`` (a shared buffer of ``warps · chunk`` bytes) and the ring
-    ``rows_in`` (``warps`` barriers, one arrival) belong to the caller's template."""
+    ``rows_in`` (``warps`` barriers, one arrival) belong to the caller's template.
+
+    A row's counter is raised once the pusher's next row is on its way (``cp.async.bulk.wait_group 1``:
+    every bulk group but the newest has written), not after a wait for its own writes, so a pusher
+    keeps a load and a store in flight; its last row's is raised after its last task
+    (``wait_group 0``)."""
 
     def comm_tasks(ctx):
         b = ctx.b
         for p in PUSH_PARAMS:
             ctx.param(p.name)
-        ctx.let(push_phase=b.mov(u32, 0, name="push_phase"))
-        return b.div(u32, b.add(u32, ctx.param("pairs"), warps - 1), warps, name="push_tasks")
+        tasks = b.div(u32, b.add(u32, ctx.param("pairs"), warps - 1), warps, name="push_tasks")
+        ctx.let(push_phase=b.mov(u32, 0, name="push_phase"), unsignalled=b.mov(u64, 0, name="unsignalled"),
+                push_tasks=tasks)
+        return tasks
+
+    def raise_unsignalled(b, ctx):
+        """The counter of the row before (written: the caller waited), if there is one."""
+        with b.if_then(b.setp("ne", u64, ctx.param("unsignalled"), 0, name="row_unsignalled")):
+            signal(b, ctx.param("unsignalled"), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def communicator(ctx, task):
         b = ctx.b
@@ -258,9 +271,16 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                     pipe.advance(b)
                     b.bulk_store(address(b.add(u64, dst, at)), address(buf), size)
                     b.bulk_commit_group()
-                publish_async_writes(b)                       # the row is written, not only read out
+                b.bulk_wait_group(1)                          # the rows before this one are written
+                b.fence_proxy_async("global")
+                raise_unsignalled(b, ctx)
                 blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
-                signal(b, flag_address(b, ctx.layouts["arrivals"], owner, blk), 1, sem=Sem.RELEASE, scope=Scope.SYS)
+                b.mov(u64, flag_address(b, ctx.layouts["arrivals"], owner, blk), into=ctx.param("unsignalled"))
+        last = b.setp("ge", u32, b.add(u32, task, ctx.param("num_comm_sms")), ctx.param("push_tasks"),
+                      name="last_push_task")
+        with b.if_then(b.setp("eq", u32, lane, 0, combine="and", c=last, name="flush_pusher")):
+            publish_async_writes(b)                           # the last row is written, not only read out
+            raise_unsignalled(b, ctx)
 
     return dict(comm_tasks=comm_tasks, communicator=communicator)
 
