@@ -155,8 +155,9 @@ class Device:
         return f"Device({self.ordinal})"
 
 
-def synchronize() -> None:
-    """Wait for all work in the current context."""
+def device_synchronize() -> None:
+    """Wait for all work in the current context. It checks no kernel status: :func:`pkptx.synchronize`
+    waits and then raises the DeviceTimeoutError a bounded wait recorded."""
     call("cuCtxSynchronize")
 
 

@@ -221,7 +221,7 @@ def pack_to(state, args):
         return LaunchError(f"kernel '{self.entry}': arguments do not pack: {exc}")
 
 
-class Kernel:
+class LoadedKernel:
     """A CompiledKernel loaded on a device, ready to launch.
 
     ``k.launch(config, *args, stream=None)``, or ``k[grid, block](*args, stream=None)`` /
@@ -242,7 +242,7 @@ class Kernel:
         self._bound: dict = {}
 
     @classmethod
-    def load(cls, compiled, device: Device | None = None) -> "Kernel":
+    def load(cls, compiled, device: Device | None = None) -> "LoadedKernel":
         return cls(compiled, device)
 
     @property
@@ -327,11 +327,11 @@ class Kernel:
         return bound
 
     def __repr__(self) -> str:
-        return f"Kernel('{self.compiled.entry}', {self.device})"
+        return f"LoadedKernel('{self.compiled.entry}', {self.device})"
 
 
 class PreparedLaunch:
-    """A kernel, a LaunchConfig and arguments packed into a buffer of its own (:meth:`Kernel.prepare`).
+    """A kernel, a LaunchConfig and arguments packed into a buffer of its own (:meth:`LoadedKernel.prepare`).
 
     The arguments are fixed: their values were packed at prepare time, and the argument objects are
     kept (so arrays passed in stay allocated while the launch exists). Native configs are kept per
@@ -343,7 +343,7 @@ class PreparedLaunch:
     __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success",
                  "_direct", "_function", "_c_params")
 
-    def __init__(self, kernel: Kernel, config: LaunchConfig, args: tuple):
+    def __init__(self, kernel: LoadedKernel, config: LaunchConfig, args: tuple):
         if not isinstance(config, LaunchConfig):
             raise LaunchError(f"prepare(config={config!r}): expected a LaunchConfig")
         self.kernel, self.config, self.args = kernel, config, tuple(args)
@@ -401,17 +401,17 @@ class Bound(functools.partial):
         return self.args[0]
 
 
-_loaded: dict[tuple[str, str, int], Kernel] = {}
+_loaded: dict[tuple[str, str, int], LoadedKernel] = {}
 
 
 def launch(stream, config: LaunchConfig, kernel, *args) -> None:
-    """Launch ``kernel`` (a :class:`Kernel`, or a CompiledKernel loaded on first use on the
+    """Launch ``kernel`` (a :class:`LoadedKernel`, or a CompiledKernel loaded on first use on the
     current device) with ``config`` on ``stream`` (None: the default stream)."""
-    if not isinstance(kernel, Kernel):
+    if not isinstance(kernel, LoadedKernel):
         device = Device.current()
         key = (kernel.cubin.key, kernel.entry, device.ordinal)
         loaded = _loaded.get(key)
         if loaded is None:
-            loaded = _loaded[key] = Kernel(kernel, device)
+            loaded = _loaded[key] = LoadedKernel(kernel, device)
         kernel = loaded
     kernel.launch(config, *args, stream=stream)

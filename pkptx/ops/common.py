@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import PkptxError
-from ..launch import Device, Kernel
+from ..launch import Device, LoadedKernel
 from ..toolchain import build_cached
 
 _loaded: dict = {}
@@ -24,16 +24,16 @@ def dtype_name(dtype) -> str | None:
         return None
 
 
-def load(factory, config, device: Device) -> Kernel:
+def load(factory, config, device: Device) -> LoadedKernel:
     """The kernel ``factory(config)`` built (cached on disk) and loaded on ``device`` (cached)."""
     key = (factory.__module__, factory.__qualname__, config, device.ordinal)   # a module may have several builds
     kernel = _loaded.get(key)
     if kernel is None:
-        kernel = _loaded[key] = Kernel.load(build_cached(factory, config), device)
+        kernel = _loaded[key] = LoadedKernel.load(build_cached(factory, config), device)
     return kernel
 
 
-def ordered_args(kernel: Kernel, values: dict) -> tuple:
+def ordered_args(kernel: LoadedKernel, values: dict) -> tuple:
     """The launch arguments in the kernel's parameter order, from a name -> value mapping."""
     names = kernel.param_names
     if len(values) == len(names):

@@ -17,7 +17,7 @@ import traceback
 import ml_dtypes
 import numpy as np
 
-from pkptx.launch import DeviceArray, Device, Kernel, TensorMap, empty, from_numpy
+from pkptx.launch import DeviceArray, Device, LoadedKernel, TensorMap, empty, from_numpy
 from pkptx.launch.status import device_status
 from pkptx.launch.symmetric import SymmetricHeap
 from pkptx.launch.world import World
@@ -43,13 +43,13 @@ class Env:
         self.heap = SymmetricHeap(self.world, heap_bytes, path=os.environ.get("PKPTX_PATH", "vmm"))
         self.status = device_status(self.device)
         self.run_seed = self.world.allgather(secrets.randbits(62) if self.rank == 0 else None, what="seed")[0]
-        self._kernels: dict[str, Kernel] = {}
+        self._kernels: dict[str, LoadedKernel] = {}
 
-    def kernel(self, built) -> Kernel:
+    def kernel(self, built) -> LoadedKernel:
         """A builder Kernel assembled (disk cache) and loaded once per process."""
         k = self._kernels.get(built.name)
         if k is None:
-            k = self._kernels[built.name] = Kernel.load(built.compile(), self.device)
+            k = self._kernels[built.name] = LoadedKernel.load(built.compile(), self.device)
         return k
 
     def launch(self, built, grid: int, block: int, smem: int = 0, **values) -> None:
