@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import LaunchError, PkptxError
+from ..isa.signature import Kind, Signature
 from .array import DeviceArray, device_pointer
 from .config import PORTABLE_CLUSTER, LaunchConfig
 from .device import Device, Stream, as_stream
@@ -107,8 +108,9 @@ def _expected(p) -> str:
     if p.count > 1 or ty.name == "b128":
         return f"a TensorMap or {p.size} bytes"
     if p.pointer:
+        what = "" if p.kind is Kind.POINTER else f" ({p.kind}: {p.kind.about})"
         return ("device memory: a DeviceArray, a CUDA array (__cuda_array_interface__ or a CUDA __dlpack__), "
-                "or an int device address")
+                f"or an int device address{what}")
     if ty.kind in ("u", "s", "b", "fx2"):
         lo = -(1 << (ty.bits - 1)) if ty.kind in ("s", "b", "fx2") else 0
         hi = (1 << (ty.bits - 1)) - 1 if ty.kind == "s" else (1 << ty.bits) - 1
@@ -131,6 +133,7 @@ class Packer:
 
     def __init__(self, params, entry: str = "kernel"):
         self.params, self.entry = tuple(params), entry
+        self.signature = Signature(entry, self.params)
         fmt, offsets, exprs, off = ["<"], [], [], 0
         scope = {"DeviceArray": DeviceArray, "pointer": _pointer}
         for i, p in enumerate(self.params):
@@ -193,6 +196,17 @@ def pack_to(state, args):
         state = self._state(thread_local=False)
         return self._pack_to(state, args), state
 
+    def writer(self, state, name: str):
+        """A function of one value that rewrites scalar argument ``name`` alone in ``state`` (a buffer of
+        :meth:`pack_owned`): ``struct.pack_into`` at its offset, range-checked by ``struct``."""
+        i = self.signature.index(name)
+        p = self.params[i]
+        code, conv = _slot(p)
+        if p.kind is not Kind.SCALAR or conv is not None:
+            raise LaunchError(f"kernel '{self.entry}': argument '{name}' ({p.kind}, .{p.type.name}) cannot be "
+                              "rewritten in place; only integer and float scalars can")
+        return functools.partial(struct.Struct("<" + code).pack_into, state[0], state[1] + self.offsets[i])
+
     def _state(self, thread_local: bool = True):
         buf = ctypes.create_string_buffer(self.size + self._align)
         base = ctypes.addressof(buf)
@@ -233,7 +247,7 @@ class LoadedKernel:
         self.device = (device or Device.current()).set_current()
         self.function = get_function(compiled, self.device)
         self.packer = Packer(compiled.params, compiled.entry)
-        self.param_names = tuple(p.name for p in compiled.params)
+        self.signature = self.packer.signature
         cu = driver()
         self._pack, self._handle = self.packer.pack, self.function.handle
         self._launch_ex, self._success = cu.cuLaunchKernelEx, cu.CUresult.CUDA_SUCCESS
@@ -271,9 +285,16 @@ class LoadedKernel:
         native = self._natives.get((config, h)) if isinstance(config, LaunchConfig) else None
         return native if native is not None else self._prepare(config, h)
 
-    def prepare(self, config: LaunchConfig, *args) -> "PreparedLaunch":
-        """The launch of ``config`` with ``args``, checked and packed once: ``.launch(stream)`` then
-        costs a dict lookup and ``cuLaunchKernelEx``. What the host ops' plans (and graphs) repeat."""
+    def prepare(self, config: LaunchConfig, *args, **values) -> "PreparedLaunch":
+        """The launch of ``config`` with ``args`` (in parameter order) or ``values`` (by parameter name,
+        bound by the kernel's :attr:`signature`), checked and packed once: ``.launch(stream)`` then costs
+        a dict lookup and ``cuLaunchKernelEx``. What the host ops' plans (and graphs) repeat. A missing,
+        misspelt or extra name raises ArgumentError naming it and the kind expected."""
+        if values:
+            if args:
+                raise LaunchError(f"kernel '{self.compiled.entry}': prepare() takes arguments by position or by "
+                                  f"name, not both ({len(args)} by position, {', '.join(values)} by name)")
+            args = self.signature.bind(values)
         return PreparedLaunch(self, config, args)
 
     def _failed(self, err, native, params) -> None:
@@ -354,6 +375,13 @@ class PreparedLaunch:
         self._direct = None if python else direct_launch()
         # ctypes values made once: converting Python ints at each call costs more than the call
         self._function, self._c_params = ctypes.c_void_p(int(self._handle)), ctypes.c_void_p(self._params)
+
+    def writer(self, name: str):
+        """A function of one value that replaces scalar argument ``name`` in the packed arguments, for a
+        value that changes with every launch (an epoch numbered on the host): checked here, once; a call
+        is one ``struct.pack_into``. The driver copies the arguments at each launch, so a write never
+        changes a launch already queued."""
+        return self.kernel.packer.writer(self._buffer, name)
 
     def launch(self, stream=None) -> None:
         """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything

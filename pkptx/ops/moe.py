@@ -23,7 +23,7 @@ from ..templates.kernels import moe_combine as combine_kernel
 from ..templates.kernels import moe_dispatch as dispatch_kernel
 from ..templates.kernels import moe_dispatch_gemm as fused_kernel
 from . import collectives
-from .common import ArgumentError, dtype_name, load, ordered_args
+from .common import ArgumentError, dtype_name, load
 from .gemm import choose_config
 from .launches import array, cached, launch_key, stream_handle, tensor_map
 
@@ -132,9 +132,8 @@ def _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout):
     kernel = load(grouped_kernel.build, cfg, device)
     values, work = grouped_args(cfg, x, w, offsets, out, t, n, k, e)
     grid = persistent_grid(kernel, work=work)
-    args = ordered_args(kernel, dict(values, rank=0, world=1, status=device_status(device).ptr, timeout_ns=ns,
-                                     num_comm_sms=0))
-    return kernel.prepare(LaunchConfig(grid, kernel.threads), *args).launch
+    return kernel.prepare(LaunchConfig(grid, kernel.threads), **values, rank=0, world=1,
+                          status=device_status(device).ptr, timeout_ns=ns, num_comm_sms=0).launch
 
 
 # ------------------------------------------------------------------------------------ expert parallelism

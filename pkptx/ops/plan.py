@@ -31,7 +31,7 @@ from ..launch.occupancy import persistent_grid
 from ..launch.status import device_status
 from ..launch.symmetric import SymmetricBuffer, SymmetricHeap
 from ..templates.progress import flag_words
-from .common import ArgumentError, ordered_args
+from .common import ArgumentError
 
 MAX_PLANS = 64          # per heap
 MAX_LOCAL = 8           # local-operand variants per plan (tensor maps of different arrays)
@@ -134,7 +134,7 @@ class HeapOps:
                     timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
                     **self.layout_args("flags", self.flags.buffer))
         config = LaunchConfig(nblocks, kernel.threads)
-        return kernel.prepare(config, *ordered_args(kernel, args))
+        return kernel.prepare(config, **args)
 
     def launch(self, kernel, stream, timeout_ns: int, **options) -> None:
         """Prepare and queue one launch now (for ops without a plan of their own)."""

@@ -21,7 +21,6 @@ from pkptx.launch import DeviceArray, Device, LoadedKernel, TensorMap, empty, fr
 from pkptx.launch.status import device_status
 from pkptx.launch.symmetric import SymmetricHeap
 from pkptx.launch.world import World
-from pkptx.ops.common import ordered_args
 from tests.helpers.mpi import report
 
 DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
@@ -54,10 +53,10 @@ class Env:
 
     def launch(self, built, grid: int, block: int, smem: int = 0, **values) -> None:
         k = self.kernel(built)
-        names = {p.name for p in k.compiled.params}
+        names = set(k.signature.names)
         defaults = dict(rank=self.rank, world=self.size, status=self.status.ptr, timeout_ns=TIMEOUT_NS)
         args = {**{n: v for n, v in defaults.items() if n in names}, **values}
-        k[grid, block, smem](*ordered_args(k, args))
+        k[grid, block, smem](*k.signature.bind(args))
 
     def finish(self, what: str) -> None:
         """Wait for this rank's kernels and raise DeviceTimeoutError if a bounded wait expired."""
