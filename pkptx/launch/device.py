@@ -248,6 +248,15 @@ def as_stream(stream) -> Stream:
     return Stream.wrap(stream)
 
 
+def stream_handle(stream) -> int:
+    """The raw handle of ``stream`` (a Stream, an int handle, None for the legacy default stream, or
+    anything :func:`as_stream` takes): what a launch is queued on and what launch caches are keyed by.
+    It is on every launch's path, so the common kinds are tested first and wrap nothing."""
+    kind = type(stream)
+    return stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
+        as_stream(stream).handle
+
+
 class Event:
     """A CUDA event. ``timing=False`` makes record/wait cheaper when no time is read."""
     __slots__ = ("cu",)

@@ -27,7 +27,7 @@ from ..errors import LaunchError, PkptxError
 from ..isa.signature import Kind, Signature
 from .array import DeviceArray, device_pointer
 from .config import PORTABLE_CLUSTER, LaunchConfig
-from .device import Device, Stream, as_stream
+from .device import Device, stream_handle
 from .driver import check, driver, ensure_init
 from .module import get_function
 from .tensormap import TensorMap
@@ -268,7 +268,7 @@ class LoadedKernel:
 
     def launch(self, config: LaunchConfig, *args, stream=None) -> None:
         """Launch with ``config`` on ``stream`` (None: the default stream)."""
-        h = 0 if stream is None else (stream.handle if type(stream) is Stream else as_stream(stream).handle)
+        h = stream_handle(stream)
         last = self._last
         if last[0] is config and last[1] == h:
             native = last[2]
@@ -386,9 +386,7 @@ class PreparedLaunch:
     def launch(self, stream=None) -> None:
         """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
         :func:`as_stream` takes)."""
-        kind = type(stream)
-        h = stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
-            as_stream(stream).handle
+        h = stream_handle(stream)
         entry = self._natives.get(h)
         if entry is None:
             native = self.kernel.native(self.config, h)

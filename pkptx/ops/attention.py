@@ -17,7 +17,7 @@ from ..templates.attention_parts import BOX_COLS, BOX_ROWS
 from ..templates.kernels import attention as kernel
 from ..templates.kernels import attention_merge as merge_kernel
 from .common import ArgumentError, dtype_name, load
-from .launches import array, cached, launch_key, stream_handle, tensor_map
+from .launches import array, launch, tensor_map
 
 HEAD_DIMS = (64, 128)
 BOX = (1, BOX_ROWS, 1, BOX_COLS)          # one 64-row x 64-column TMA box of one (batch, head)
@@ -99,9 +99,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if out is None:
         q_arr = _device_array(q, "attention", "q")
         out = empty(q_arr.shape, q_arr.dtype, stream=stream)
-    key = launch_key("attention", (q, k, v, out, lse),
-                     (causal, scale, config, timeout_ns, timeout, stream_handle(stream)))
-    cached(key, lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))(stream)
+    launch("attention", (q, k, v, out, lse), (causal, scale, config, timeout_ns, timeout), stream,
+           lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))
     return out
 
 
@@ -160,8 +159,8 @@ def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=No
     if out is None:
         a = _device_array(out_a, op, "out_a")
         out = empty(a.shape, a.dtype, stream=stream)
-    key = launch_key(op, (out_a, lse_a, out_b, lse_b, out, lse), (stream_handle(stream),))
-    cached(key, lambda: _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse))(stream)
+    launch(op, (out_a, lse_a, out_b, lse_b, out, lse), (), stream,
+           lambda: _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse))
     return out
 
 

@@ -14,7 +14,7 @@ from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load
 from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
-from .launches import array, cached, launch_key, stream_handle, tensor_map
+from .launches import array, launch, tensor_map
 
 
 class GemmArgumentError(ArgumentError):
@@ -98,8 +98,8 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
         a_arr, b_arr = _as_array(a, "a"), _as_array(b, "b")
         m, n, _ = check_shapes(a_arr.shape, a_arr.dtype, b_arr.shape, b_arr.dtype, b_layout=b_layout)
         out = empty((m, n), a_arr.dtype, stream=stream)
-    key = launch_key("gemm", (a, b, out), (b_layout, config, timeout_ns, timeout, stream_handle(stream)))
-    cached(key, lambda: _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout))(stream)
+    launch("gemm", (a, b, out), (b_layout, config, timeout_ns, timeout), stream,
+           lambda: _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout))
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ..launch import TensorMap, from_dlpack
 from ..launch.array import DeviceArray
-from ..launch.device import Stream, as_stream
+from ..launch.device import stream_handle
 
 MAX_LAUNCHES = 512
 MAX_TENSOR_MAPS = 256
@@ -66,13 +66,6 @@ def operand_key(x):
         return None
 
 
-def stream_handle(stream) -> int:
-    """The raw handle of ``stream`` (what a prepared launch is queued on), for cache keys."""
-    kind = type(stream)
-    return stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
-        as_stream(stream).handle
-
-
 def launch_key(op: str, operands: tuple, options: tuple) -> tuple | None:
     """The cache key of a call: the op, its operands' keys and its options; None (not cached) when an
     operand has no key."""
@@ -80,19 +73,22 @@ def launch_key(op: str, operands: tuple, options: tuple) -> tuple | None:
     return None if None in keys else (op, keys, options)
 
 
-def cached(key: tuple | None, make: Callable[[], Callable]) -> Callable:
-    """The launch (a callable of the stream) kept under ``key``, else ``make()``'s, kept unless ``key``
-    is None."""
+def launch(op: str, operands: tuple, options: tuple, stream, make: Callable[[], Callable]) -> None:
+    """Queue the launch of one call of ``op`` on ``stream``: the launch (a callable of the stream) kept
+    under the call's key (its operands, ``options`` and the stream), else ``make()``'s, which is kept
+    unless an operand has no key. The whole repeated call of a local op is this function."""
+    key = launch_key(op, operands, options + (stream_handle(stream),))
     if key is None:
-        return make()
-    launch = _launches.get(key)
-    if launch is None:
-        launch = _launches[key] = make()
+        make()(stream)
+        return
+    step = _launches.get(key)
+    if step is None:
+        step = _launches[key] = make()
         if len(_launches) > MAX_LAUNCHES:
             _launches.popitem(last=False)
     else:
         _launches.move_to_end(key)
-    return launch
+    step(stream)
 
 
 def clear() -> None:
