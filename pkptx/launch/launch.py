@@ -239,7 +239,8 @@ class LoadedKernel:
     """A CompiledKernel loaded on a device, ready to launch.
 
     ``k.launch(config, *args, stream=None)``, or ``k[grid, block](*args, stream=None)`` /
-    ``k[grid, block, smem](...)`` / ``k[config](...)``. ``grid`` counts blocks.
+    ``k[grid, block, smem](...)`` / ``k[config](...)``. ``grid`` counts blocks. ``k.signature`` is its
+    parameters with their kinds; ``k.prepare(config, **values)`` binds arguments to them by name.
     """
 
     def __init__(self, compiled, device: Device | None = None):
@@ -384,8 +385,7 @@ class PreparedLaunch:
         return self.kernel.packer.writer(self._buffer, name)
 
     def launch(self, stream=None) -> None:
-        """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
-        :func:`as_stream` takes)."""
+        """Queue the launch on ``stream`` (None: the default stream; anything :func:`stream_handle` takes)."""
         h = stream_handle(stream)
         entry = self._natives.get(h)
         if entry is None:

@@ -1,8 +1,8 @@
 """Kernel-side view of a parallel global layout (PGL): one buffer of the same shape on every rank.
 
 A PGL named ``x`` adds two kernel parameters: ``x_peers`` (device address of a table of ``world`` u64
-base addresses, entry ``i`` being rank i's copy as mapped into this process; of kind ``table``, a peer
-table unless the layout is the heap's progress flags) and ``x_mc`` (the multicast address, 0 when
+base addresses, entry ``i`` being rank i's copy as mapped into this process; its kind is the layout's
+``table``: a peer table, or the heap's progress flags) and ``x_mc`` (the multicast address, 0 when
 multicast is unavailable). Rank and world size are runtime parameters shared by all
 PGLs of a kernel (:class:`WorldParams`), so one cubin serves every world size.
 """
