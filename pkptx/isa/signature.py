@@ -86,12 +86,6 @@ class Signature:
         self.names = tuple(p.name for p in self.params)
         self._index = {p.name: i for i, p in enumerate(self.params)}
 
-    def __iter__(self):
-        return iter(self.params)
-
-    def __len__(self) -> int:
-        return len(self.params)
-
     def index(self, name: str) -> int:
         """The position of parameter ``name``, or ArgumentError listing the parameters."""
         try:
@@ -99,9 +93,6 @@ class Signature:
         except KeyError:
             raise ArgumentError(f"kernel '{self.entry}' has no parameter {name!r}{_close(name, self.names)}; it "
                                 f"has {', '.join(self.names) or 'none'}") from None
-
-    def kind(self, name: str) -> Kind:
-        return self.params[self.index(name)].kind
 
     def bind(self, values: Mapping) -> tuple:
         """The values of ``values`` (name -> value) in parameter order; ArgumentError naming the kernel and
