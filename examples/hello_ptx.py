@@ -14,10 +14,10 @@ print(k.render())                                # readable, deterministic PTX
 compiled = k.compile()                           # nvJitLink -> cubin; no GPU needed
 print(compiled.resources)                        # registers, shared memory, spills
 
-from pkptx.launch import Device, Kernel as Launchable, from_numpy  # noqa: E402
+from pkptx.launch import Device, LoadedKernel, from_numpy  # noqa: E402
 if Device.available():                         # on a GPU machine: launch it and check
     host = np.random.rand(1000).astype(np.float32)
     xs = from_numpy(host)
-    Launchable.load(compiled)[4, 256](xs, 1000, 2.0)
+    LoadedKernel.load(compiled)[4, 256](xs, 1000, 2.0)
     assert np.allclose(xs.to_numpy(), 2 * host)
     print("scaled 1000 floats on", Device(0).name)

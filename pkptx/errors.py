@@ -57,6 +57,11 @@ class SettingError(PkptxError, ValueError):
     cannot use; the message names it, its value and what is accepted."""
 
 
+class ArgumentError(PkptxError, ValueError):
+    """A host API argument that cannot work (raised before any GPU work): a host op's operand, or a kernel
+    argument bound by name that is missing, misspelt or extra (:class:`pkptx.isa.signature.Signature`)."""
+
+
 class LaunchError(PkptxError):
     """A launch request that the device cannot run (checked before calling the driver)."""
 

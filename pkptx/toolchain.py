@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import AssemblyError
+from .isa.signature import Signature
 
 CACHE_FORMAT = 1
 _LINE_RE = re.compile(r"line (\d+)")
@@ -183,9 +184,11 @@ def assemble(ptx: str | bytes, arch: str = "sm_90a", *, options: tuple[str, ...]
 class CompiledKernel:
     """A kernel ready to load: its cubin plus everything a launcher needs to know about it.
 
-    ``block`` is the required or maximum block shape the kernel declares (or None; ``required_block``
-    is it when exact), ``cluster`` its required cluster shape, ``dynamic_smem`` the dynamic shared
-    memory in bytes it needs by default.
+    ``signature`` is its parameters with their kinds (what the host binds by name), ``block`` the
+    required or maximum block shape the kernel declares (or None; ``required_block`` is it when exact),
+    ``cluster`` its required cluster shape, ``dynamic_smem`` the dynamic shared memory in bytes it needs
+    by default, ``barrier_rounds`` the rounds of the heap's cross-rank barrier one launch advances (None
+    without one; see :class:`pkptx.isa.Kernel`).
     """
     entry: str
     params: tuple = field(repr=False)
@@ -198,6 +201,7 @@ class CompiledKernel:
     dynamic_smem: int = 0
     ptx_version: tuple[int, int] = (8, 0)
     jit: bool = False           # load the PTX through the driver's JIT (see Kernel.compile), not the cubin
+    barrier_rounds: int | None = None
     source: object = field(default=None, compare=False, repr=False)    # see builder_kernel
 
     def builder_kernel(self):
@@ -209,6 +213,10 @@ class CompiledKernel:
             source = source()
             object.__setattr__(self, "source", source)
         return source
+
+    @functools.cached_property
+    def signature(self) -> Signature:
+        return Signature(self.entry, self.params)
 
     @property
     def resources(self) -> Resources:
@@ -228,13 +236,13 @@ class CompiledKernel:
             "entry": self.entry,
             "arch": self.arch,
             "ptx_version": ".".join(map(str, self.ptx_version)),
-            "params": [{"name": p.name, "type": p.type.name, "count": p.count, "size": p.size,
-                        "align": p.alignment, "pointer": p.pointer} for p in self.params],
+            "params": self.signature.describe(),
             "block": list(self.block) if self.block else None,
             "block_exact": self.block_exact,
             "required_block": list(self.required_block) if self.required_block else None,
             "cluster": list(self.cluster) if self.cluster else None,
             "dynamic_smem_bytes": self.dynamic_smem,
+            "barrier_rounds": self.barrier_rounds,
             "static_smem_bytes": self.resources.shared_bytes,
             "registers": self.resources.registers,
             "spill_bytes": self.resources.spills,
@@ -274,13 +282,13 @@ def build_cached(factory, *args, **kwargs) -> CompiledKernel:
         meta = json.loads(meta_path.read_text())
         cubin = (root / f"{meta['cubin_key']}.cubin").read_bytes()
         if hashlib.sha256(cubin).hexdigest() == meta["cubin_sha256"]:
-            params = tuple(Param(p["name"], p["type"], p["count"], p["align"], p["pointer"])
+            params = tuple(Param(p["name"], p["type"], p["count"], p["align"], p["pointer"], p["kind"])
                            for p in meta["params"])
             blob = Cubin(cubin, meta["arch"], Resources(**meta["resources"]), meta["log"], meta["cubin_key"],
                          True, time.perf_counter() - t0, tuple(meta["warnings"]))
             return CompiledKernel(meta["entry"], params, meta["ptx"], blob, meta["arch"], _tuple(meta["block"]),
                                   meta["block_exact"], _tuple(meta["cluster"]), meta["dynamic_smem"],
-                                  tuple(meta["ptx_version"]), jit=meta["jit"],
+                                  tuple(meta["ptx_version"]), jit=meta["jit"], barrier_rounds=meta["barrier_rounds"],
                                   source=functools.partial(factory, *args, **kwargs))
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -290,9 +298,10 @@ def build_cached(factory, *args, **kwargs) -> CompiledKernel:
         "cubin_sha256": hashlib.sha256(compiled.cubin.data).hexdigest(), "log": compiled.cubin.log,
         "resources": asdict(compiled.resources), "warnings": list(compiled.cubin.warnings),
         "params": [{"name": p.name, "type": p.type.name, "count": p.count, "align": p.align,
-                    "pointer": p.pointer} for p in compiled.params],
+                    "pointer": p.pointer, "kind": p.kind.value} for p in compiled.params],
         "block": compiled.block, "block_exact": compiled.block_exact, "cluster": compiled.cluster,
         "dynamic_smem": compiled.dynamic_smem, "ptx_version": compiled.ptx_version, "jit": compiled.jit,
+        "barrier_rounds": compiled.barrier_rounds,
     }
     try:
         root.mkdir(parents=True, exist_ok=True)

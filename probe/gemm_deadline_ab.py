@@ -4,7 +4,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import torch
 from common import GPU_ONLY_NS
-from pkptx.launch import Device, Kernel, Stream, from_dlpack, time_cuda
+from pkptx.launch import Device, LoadedKernel, Stream, from_dlpack, time_cuda
 from pkptx.ops import common as ops_common
 from pkptx.ops.gemm import gemm, choose_config
 from pkptx.templates.kernels import gemm as g
@@ -14,7 +14,7 @@ orig = pipe.wait_parity
 def variant(bounded, cfg):
     pipe.wait_parity = orig if bounded else (lambda b, bar, par, *, deadline, abandon=False, name="mbwait": orig(b, bar, par, deadline=None, abandon=abandon, name=name))
     try:
-        return Kernel.load(g.build(cfg).compile(), dev)
+        return LoadedKernel.load(g.build(cfg).compile(), dev)
     finally:
         pipe.wait_parity = orig
 stream = Stream(); ts = torch.cuda.ExternalStream(stream.handle)

@@ -22,7 +22,7 @@ def section(name):
         return fn
     return deco
 
-from pkptx.launch import Device, empty, from_numpy, Kernel, time_cuda
+from pkptx.launch import Device, empty, from_numpy, LoadedKernel, time_cuda
 dev = Device(0) if ONLY else None
 
 @section("copy")
@@ -30,7 +30,7 @@ def _():
     from pkptx.templates.kernels import copy
     from pkptx.launch.driver import call
     cfg = copy.Config()
-    k = Kernel.load(copy.build(cfg).compile())
+    k = LoadedKernel.load(copy.build(cfg).compile())
     n = 1 << 30
     src = empty((n // 4,), np.uint32); dst = empty((n // 4,), np.uint32)
     host = np.random.randint(0, 2**32, size=n // 4, dtype=np.uint32)

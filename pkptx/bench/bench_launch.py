@@ -18,7 +18,7 @@ import numpy as np
 from .. import isa
 from ..isa import Param
 from ..isa import types as T
-from ..launch import Device, Kernel, LaunchConfig, Stream, empty, from_numpy, launch
+from ..launch import Device, LoadedKernel, LaunchConfig, Stream, empty, from_numpy, launch
 from ..launch.driver import call, check, driver
 from ..ops.collectives import synchronize
 from ..ops.copy import bulk_copy
@@ -45,7 +45,7 @@ def bench_overhead(args) -> None:
     cu = driver()
     device = Device(0).set_current()
     compiled = empty_kernel().compile()
-    k = Kernel.load(compiled, device)
+    k = LoadedKernel.load(compiled, device)
     x, y = empty(1024, "float32"), empty(1024, "float32")
     calls = 1000 if args.quick else 5000
     cfg = LaunchConfig(1, 32)

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from ..isa import Kernel, Param, address, b32, u32, u64
-from ..launch import Device, Kernel as Loaded, Stream, capture, empty, from_numpy
+from ..launch import Device, LoadedKernel, Stream, capture, empty, from_numpy
 from ..launch.driver import call
 from ..ops.copy import bulk_copy as pkptx_bulk_copy
 from ..templates.kernels import copy as bulk_copy
@@ -64,7 +64,7 @@ class Copies:
 
     def __init__(self, device: Device, stream: Stream):
         self.device, self.stream, self.sms = device, stream, device.sm_count
-        self.reg = Loaded.load(register_copy().compile(), device)
+        self.reg = LoadedKernel.load(register_copy().compile(), device)
 
     def tma(self, dst, src, nbytes: int) -> None:
         pkptx_bulk_copy(dst, src, nbytes, config=tma_config(nbytes, self.sms), ctas_per_sm=1, stream=self.stream)

@@ -70,6 +70,23 @@ def pointer(ty: PtxType, count: int, what: str) -> None:
              f".{ty} x {count}")
 
 
+def param_kind(kind, default, bits: int, what: str):
+    """The parameter's Kind: ``default`` (what its attributes imply) when None, else ``kind`` if those
+    attributes can carry it (a pointer any kind of device address, a 64-bit scalar a multicast address)."""
+    from .signature import Kind, legal_kinds
+    if kind is None:
+        return default
+    legal = legal_kinds(default, bits)
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        fail(f"{what}: kind={kind!r}; expected one of {', '.join(k.value for k in Kind)}")
+    if kind not in legal:
+        fail(f"{what}: kind={kind.value!r} does not fit its attributes, which imply {default.value!r}; they can "
+             f"carry {', '.join(sorted(k.value for k in legal))}")
+    return kind
+
+
 def alignment(align, what: str) -> int | None:
     if align is None:
         return None

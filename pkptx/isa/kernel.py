@@ -24,6 +24,11 @@ class Kernel:
     ``max_regs`` ``.maxnreg``, ``cluster`` ``.reqnctapercluster``. ``target`` pins "sm_90" or
     "sm_90a" (default: derived, sm_90a only when wgmma/setmaxnreg are used); ``ptx_version``
     pins ``.version`` (default: the lowest the instructions allow).
+
+    ``barrier_rounds``: the rounds of the cross-rank barrier one launch advances on the heap's
+    progress flags, set by the template that emits the barrier (:func:`pkptx.templates.progress.close_barrier`),
+    None for a kernel without one. Like the params' kinds it is part of the contract with the host
+    (:attr:`pkptx.toolchain.CompiledKernel.signature`), never of the PTX.
     """
 
     def __init__(self, name: str, params=(), *, target: str | None = None, ptx_version=None,
@@ -69,6 +74,7 @@ class Kernel:
         self._dynamic: tuple[Symbol, int] | None = None
         self.version = SM90_FLOOR
         self.needs_sm90a = False
+        self.barrier_rounds: int | None = None
         self._builder = None
 
     # ------------------------------------------------------------ construction
@@ -262,7 +268,7 @@ class Kernel:
         block = self.req_threads or self.max_threads
         return CompiledKernel(self.name, self.params, ptx, cubin, self.target, block,
                               self.req_threads is not None, self.cluster, self.dynamic_smem, self.ptx_version,
-                              jit=self.rebalances, source=self)
+                              jit=self.rebalances, barrier_rounds=self.barrier_rounds, source=self)
 
     @property
     def rebalances(self) -> bool:

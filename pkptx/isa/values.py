@@ -5,6 +5,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import PTXBuildError
+from .signature import Kind, default_kind
 from .types import PtxType, b8, pred, ptx_type
 
 
@@ -151,13 +152,16 @@ class Param:
     """One ``.param`` of a kernel entry.
 
     ``count`` > 1 makes a byte array such as ``.param .align 64 .b8 tmap[128]`` (a tensor map).
-    ``pointer`` marks a 64-bit device address, so a launcher may accept arrays for it.
+    ``pointer`` marks a 64-bit device address, so a launcher may accept arrays for it. ``kind`` is what
+    the host passes for it (:class:`pkptx.isa.signature.Kind`); None: what the other attributes imply
+    (a pointer, a tensor map for 128 bytes, a scalar). It never changes the PTX.
     """
     name: str
     type: PtxType
     count: int = 1
     align: int | None = None
     pointer: bool = False
+    kind: Kind | None = None
     symbol: Symbol = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):
@@ -169,6 +173,8 @@ class Param:
         declare.alignment(self.align, what)
         if self.pointer:
             declare.pointer(self.type, self.count, what)
+        object.__setattr__(self, "kind", declare.param_kind(self.kind, default_kind(self.pointer, self.count, self.size),
+                                                            self.type.bits, what))
         object.__setattr__(self, "symbol", Symbol(self.name, "param", self.type))
 
     @property

@@ -6,11 +6,11 @@ driver is the CPU interpreter's (:mod:`pkptx.launch.interpreted`).
 """
 from .array import ArrayError, DeviceArray, as_dtype, device_pointer, empty, from_dlpack, from_numpy
 from .config import DeviceLimits, LaunchConfig
-from .device import Device, Event, Stream, synchronize
+from .device import Device, Event, Stream, device_synchronize
 from .dlpack import DLPackError
 from .flags import FlagArray, host_barrier
 from .graph import Capture, Graph, capture
-from .launch import Kernel, Packer, PreparedLaunch, launch
+from .launch import LoadedKernel, Packer, PreparedLaunch, launch
 from .module import Function, get_function
 from .multicast import multicast_policy
 from .pool import CachingPool, DriverPool, default_pool, set_default_pool
@@ -22,10 +22,10 @@ from .world import World
 __all__ = [
     "ArrayError", "DeviceArray", "as_dtype", "device_pointer", "empty", "from_dlpack", "from_numpy",
     "DeviceLimits", "LaunchConfig",
-    "Device", "Event", "Stream", "synchronize",
+    "Device", "Event", "Stream", "device_synchronize",
     "DLPackError",
     "Capture", "Graph", "capture",
-    "Kernel", "Packer", "PreparedLaunch", "launch",
+    "LoadedKernel", "Packer", "PreparedLaunch", "launch",
     "Function", "get_function",
     "CachingPool", "DriverPool", "default_pool", "set_default_pool",
     "TensorMap", "TensorMapError", "TiledSpec", "describe_tiled",

@@ -155,8 +155,9 @@ class Device:
         return f"Device({self.ordinal})"
 
 
-def synchronize() -> None:
-    """Wait for all work in the current context."""
+def device_synchronize() -> None:
+    """Wait for all work in the current context. It checks no kernel status: :func:`pkptx.synchronize`
+    waits and then raises the DeviceTimeoutError a bounded wait recorded."""
     call("cuCtxSynchronize")
 
 
@@ -245,6 +246,15 @@ def as_stream(stream) -> Stream:
     if type(stream) is Stream:
         return stream
     return Stream.wrap(stream)
+
+
+def stream_handle(stream) -> int:
+    """The raw handle of ``stream`` (a Stream, an int handle, None for the legacy default stream, or
+    anything :func:`as_stream` takes): what a launch is queued on and what launch caches are keyed by.
+    It is on every launch's path, so the common kinds are tested first and wrap nothing."""
+    kind = type(stream)
+    return stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
+        as_stream(stream).handle
 
 
 class Event:

@@ -24,9 +24,10 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import LaunchError, PkptxError
+from ..isa.signature import Kind, Signature
 from .array import DeviceArray, device_pointer
 from .config import PORTABLE_CLUSTER, LaunchConfig
-from .device import Device, Stream, as_stream
+from .device import Device, stream_handle
 from .driver import check, driver, ensure_init
 from .module import get_function
 from .tensormap import TensorMap
@@ -107,8 +108,9 @@ def _expected(p) -> str:
     if p.count > 1 or ty.name == "b128":
         return f"a TensorMap or {p.size} bytes"
     if p.pointer:
+        what = "" if p.kind is Kind.POINTER else f" ({p.kind}: {p.kind.about})"
         return ("device memory: a DeviceArray, a CUDA array (__cuda_array_interface__ or a CUDA __dlpack__), "
-                "or an int device address")
+                f"or an int device address{what}")
     if ty.kind in ("u", "s", "b", "fx2"):
         lo = -(1 << (ty.bits - 1)) if ty.kind in ("s", "b", "fx2") else 0
         hi = (1 << (ty.bits - 1)) - 1 if ty.kind == "s" else (1 << ty.bits) - 1
@@ -131,6 +133,7 @@ class Packer:
 
     def __init__(self, params, entry: str = "kernel"):
         self.params, self.entry = tuple(params), entry
+        self.signature = Signature(entry, self.params)
         fmt, offsets, exprs, off = ["<"], [], [], 0
         scope = {"DeviceArray": DeviceArray, "pointer": _pointer}
         for i, p in enumerate(self.params):
@@ -193,6 +196,17 @@ def pack_to(state, args):
         state = self._state(thread_local=False)
         return self._pack_to(state, args), state
 
+    def writer(self, state, name: str):
+        """A function of one value that rewrites scalar argument ``name`` alone in ``state`` (a buffer of
+        :meth:`pack_owned`): ``struct.pack_into`` at its offset, range-checked by ``struct``."""
+        i = self.signature.index(name)
+        p = self.params[i]
+        code, conv = _slot(p)
+        if p.kind is not Kind.SCALAR or conv is not None:
+            raise LaunchError(f"kernel '{self.entry}': argument '{name}' ({p.kind}, .{p.type.name}) cannot be "
+                              "rewritten in place; only integer and float scalars can")
+        return functools.partial(struct.Struct("<" + code).pack_into, state[0], state[1] + self.offsets[i])
+
     def _state(self, thread_local: bool = True):
         buf = ctypes.create_string_buffer(self.size + self._align)
         base = ctypes.addressof(buf)
@@ -221,11 +235,12 @@ def pack_to(state, args):
         return LaunchError(f"kernel '{self.entry}': arguments do not pack: {exc}")
 
 
-class Kernel:
+class LoadedKernel:
     """A CompiledKernel loaded on a device, ready to launch.
 
     ``k.launch(config, *args, stream=None)``, or ``k[grid, block](*args, stream=None)`` /
-    ``k[grid, block, smem](...)`` / ``k[config](...)``. ``grid`` counts blocks.
+    ``k[grid, block, smem](...)`` / ``k[config](...)``. ``grid`` counts blocks. ``k.signature`` is its
+    parameters with their kinds; ``k.prepare(config, **values)`` binds arguments to them by name.
     """
 
     def __init__(self, compiled, device: Device | None = None):
@@ -233,7 +248,7 @@ class Kernel:
         self.device = (device or Device.current()).set_current()
         self.function = get_function(compiled, self.device)
         self.packer = Packer(compiled.params, compiled.entry)
-        self.param_names = tuple(p.name for p in compiled.params)
+        self.signature = self.packer.signature
         cu = driver()
         self._pack, self._handle = self.packer.pack, self.function.handle
         self._launch_ex, self._success = cu.cuLaunchKernelEx, cu.CUresult.CUDA_SUCCESS
@@ -242,7 +257,7 @@ class Kernel:
         self._bound: dict = {}
 
     @classmethod
-    def load(cls, compiled, device: Device | None = None) -> "Kernel":
+    def load(cls, compiled, device: Device | None = None) -> "LoadedKernel":
         return cls(compiled, device)
 
     @property
@@ -254,7 +269,7 @@ class Kernel:
 
     def launch(self, config: LaunchConfig, *args, stream=None) -> None:
         """Launch with ``config`` on ``stream`` (None: the default stream)."""
-        h = 0 if stream is None else (stream.handle if type(stream) is Stream else as_stream(stream).handle)
+        h = stream_handle(stream)
         last = self._last
         if last[0] is config and last[1] == h:
             native = last[2]
@@ -271,9 +286,16 @@ class Kernel:
         native = self._natives.get((config, h)) if isinstance(config, LaunchConfig) else None
         return native if native is not None else self._prepare(config, h)
 
-    def prepare(self, config: LaunchConfig, *args) -> "PreparedLaunch":
-        """The launch of ``config`` with ``args``, checked and packed once: ``.launch(stream)`` then
-        costs a dict lookup and ``cuLaunchKernelEx``. What the host ops' plans (and graphs) repeat."""
+    def prepare(self, config: LaunchConfig, *args, **values) -> "PreparedLaunch":
+        """The launch of ``config`` with ``args`` (in parameter order) or ``values`` (by parameter name,
+        bound by the kernel's :attr:`signature`), checked and packed once: ``.launch(stream)`` then costs
+        a dict lookup and ``cuLaunchKernelEx``. What the host ops' plans (and graphs) repeat. A missing,
+        misspelt or extra name raises ArgumentError naming it and the kind expected."""
+        if values:
+            if args:
+                raise LaunchError(f"kernel '{self.compiled.entry}': prepare() takes arguments by position or by "
+                                  f"name, not both ({len(args)} by position, {', '.join(values)} by name)")
+            args = self.signature.bind(values)
         return PreparedLaunch(self, config, args)
 
     def _failed(self, err, native, params) -> None:
@@ -327,11 +349,11 @@ class Kernel:
         return bound
 
     def __repr__(self) -> str:
-        return f"Kernel('{self.compiled.entry}', {self.device})"
+        return f"LoadedKernel('{self.compiled.entry}', {self.device})"
 
 
 class PreparedLaunch:
-    """A kernel, a LaunchConfig and arguments packed into a buffer of its own (:meth:`Kernel.prepare`).
+    """A kernel, a LaunchConfig and arguments packed into a buffer of its own (:meth:`LoadedKernel.prepare`).
 
     The arguments are fixed: their values were packed at prepare time, and the argument objects are
     kept (so arrays passed in stay allocated while the launch exists). Native configs are kept per
@@ -343,7 +365,7 @@ class PreparedLaunch:
     __slots__ = ("kernel", "config", "args", "_params", "_buffer", "_natives", "_launch_ex", "_handle", "_success",
                  "_direct", "_function", "_c_params")
 
-    def __init__(self, kernel: Kernel, config: LaunchConfig, args: tuple):
+    def __init__(self, kernel: LoadedKernel, config: LaunchConfig, args: tuple):
         if not isinstance(config, LaunchConfig):
             raise LaunchError(f"prepare(config={config!r}): expected a LaunchConfig")
         self.kernel, self.config, self.args = kernel, config, tuple(args)
@@ -355,12 +377,16 @@ class PreparedLaunch:
         # ctypes values made once: converting Python ints at each call costs more than the call
         self._function, self._c_params = ctypes.c_void_p(int(self._handle)), ctypes.c_void_p(self._params)
 
+    def writer(self, name: str):
+        """A function of one value that replaces scalar argument ``name`` in the packed arguments, for a
+        value that changes with every launch (an epoch numbered on the host): checked here, once; a call
+        is one ``struct.pack_into``. The driver copies the arguments at each launch, so a write never
+        changes a launch already queued."""
+        return self.kernel.packer.writer(self._buffer, name)
+
     def launch(self, stream=None) -> None:
-        """Queue the launch on ``stream`` (None: the default stream; a Stream, an int handle, or anything
-        :func:`as_stream` takes)."""
-        kind = type(stream)
-        h = stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
-            as_stream(stream).handle
+        """Queue the launch on ``stream`` (None: the default stream; anything :func:`stream_handle` takes)."""
+        h = stream_handle(stream)
         entry = self._natives.get(h)
         if entry is None:
             native = self.kernel.native(self.config, h)
@@ -401,17 +427,17 @@ class Bound(functools.partial):
         return self.args[0]
 
 
-_loaded: dict[tuple[str, str, int], Kernel] = {}
+_loaded: dict[tuple[str, str, int], LoadedKernel] = {}
 
 
 def launch(stream, config: LaunchConfig, kernel, *args) -> None:
-    """Launch ``kernel`` (a :class:`Kernel`, or a CompiledKernel loaded on first use on the
+    """Launch ``kernel`` (a :class:`LoadedKernel`, or a CompiledKernel loaded on first use on the
     current device) with ``config`` on ``stream`` (None: the default stream)."""
-    if not isinstance(kernel, Kernel):
+    if not isinstance(kernel, LoadedKernel):
         device = Device.current()
         key = (kernel.cubin.key, kernel.entry, device.ordinal)
         loaded = _loaded.get(key)
         if loaded is None:
-            loaded = _loaded[key] = Kernel(kernel, device)
+            loaded = _loaded[key] = LoadedKernel(kernel, device)
         kernel = loaded
     kernel.launch(config, *args, stream=stream)

@@ -68,8 +68,8 @@ def spin_kernel(threads: int = 1, dynamic_smem: int = 0):
 @functools.cache
 def _spin_launcher(ordinal: int):
     from ..toolchain import build_cached
-    from .launch import Kernel
-    return Kernel.load(build_cached(spin_kernel), Device(ordinal))[1, 1]
+    from .launch import LoadedKernel
+    return LoadedKernel.load(build_cached(spin_kernel), Device(ordinal))[1, 1]
 
 
 def hold(stream, ns: int) -> None:

@@ -16,8 +16,8 @@ from ..launch.status import device_status, device_timeout_ns
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS
 from ..templates.kernels import attention as kernel
 from ..templates.kernels import attention_merge as merge_kernel
-from .common import ArgumentError, dtype_name, load, ordered_args
-from .launches import array, cached, launch_key, stream_handle, tensor_map
+from .common import ArgumentError, dtype_name, load
+from .launches import array, launch, tensor_map
 
 HEAD_DIMS = (64, 128)
 BOX = (1, BOX_ROWS, 1, BOX_COLS)          # one 64-row x 64-column TMA box of one (batch, head)
@@ -99,9 +99,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if out is None:
         q_arr = _device_array(q, "attention", "q")
         out = empty(q_arr.shape, q_arr.dtype, stream=stream)
-    key = launch_key("attention", (q, k, v, out, lse),
-                     (causal, scale, config, timeout_ns, timeout, stream_handle(stream)))
-    cached(key, lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))(stream)
+    launch("attention", (q, k, v, out, lse), (causal, scale, config, timeout_ns, timeout), stream,
+           lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))
     return out
 
 
@@ -121,13 +120,13 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
     q_blocks = -(-seq_q // cfg.rows)
     tasks = batch * heads * q_blocks
     scale = dim ** -0.5 if scale is None else float(scale)
-    args = ordered_args(launchable, dict(
+    return launchable.prepare(
+        LaunchConfig(grid_size(launchable, tasks), launchable.threads),
         tmap_q=tensor_map(q, BOX), tmap_k=tensor_map(k, BOX), tmap_v=tensor_map(v, BOX),
         tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
         scale_log2=scale * math.log2(math.e), by_query_block=int(causal), rank=0, world=1, status=device_status(device).ptr,
-        timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0))
-    return launchable.prepare(LaunchConfig(grid_size(launchable, tasks), launchable.threads), *args).launch
+        timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0).launch
 
 
 def check_merge(out_a_shape, out_a_dtype, lse_a_shape, lse_a_dtype, out_b_shape, out_b_dtype, lse_b_shape,
@@ -160,8 +159,8 @@ def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=No
     if out is None:
         a = _device_array(out_a, op, "out_a")
         out = empty(a.shape, a.dtype, stream=stream)
-    key = launch_key(op, (out_a, lse_a, out_b, lse_b, out, lse), (stream_handle(stream),))
-    cached(key, lambda: _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse))(stream)
+    launch(op, (out_a, lse_a, out_b, lse_b, out, lse), (), stream,
+           lambda: _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse))
     return out
 
 
@@ -180,9 +179,9 @@ def _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse):
     vectors = batch * seq * heads * dim // merge_kernel.VALUES
     grid = max(1, min(-(-vectors // cfg.threads), context_sm_count(device) * MERGE_BLOCKS_PER_SM))
     return load(merge_kernel.build, cfg, device).prepare(
-        LaunchConfig(grid, cfg.threads), out.ptr, arrays["out_a"].ptr, arrays["out_b"].ptr,
-        lse.ptr if lse is not None else 0, arrays["lse_a"].ptr, arrays["lse_b"].ptr, vectors,
-        dim // merge_kernel.VALUES, heads, seq).launch
+        LaunchConfig(grid, cfg.threads), out=out.ptr, out_a=arrays["out_a"].ptr, out_b=arrays["out_b"].ptr,
+        lse_out=lse.ptr if lse is not None else 0, lse_a=arrays["lse_a"].ptr, lse_b=arrays["lse_b"].ptr,
+        vectors=vectors, row_vectors=dim // merge_kernel.VALUES, heads=heads, seq=seq).launch
 
 
 __all__ = ["attention", "attention_merge", "check_attention", "check_merge", "grid_size", "AttentionArgumentError"]

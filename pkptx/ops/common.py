@@ -1,19 +1,15 @@
-"""Shared host plumbing for the ops: arguments by parameter name, kernel loading, status checks."""
+"""Shared host plumbing for the ops: the error of a bad argument, dtype names, kernel loading."""
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
 
-from ..errors import PkptxError
-from ..launch import Device, Kernel
+from ..errors import ArgumentError
+from ..launch import Device, LoadedKernel
 from ..toolchain import build_cached
 
 _loaded: dict = {}
 _DTYPE_NAMES = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
-
-
-class ArgumentError(PkptxError, ValueError):
-    """A host API argument that cannot work (raised before any GPU work)."""
 
 
 def dtype_name(dtype) -> str | None:
@@ -24,25 +20,13 @@ def dtype_name(dtype) -> str | None:
         return None
 
 
-def load(factory, config, device: Device) -> Kernel:
+def load(factory, config, device: Device) -> LoadedKernel:
     """The kernel ``factory(config)`` built (cached on disk) and loaded on ``device`` (cached)."""
     key = (factory.__module__, factory.__qualname__, config, device.ordinal)   # a module may have several builds
     kernel = _loaded.get(key)
     if kernel is None:
-        kernel = _loaded[key] = Kernel.load(build_cached(factory, config), device)
+        kernel = _loaded[key] = LoadedKernel.load(build_cached(factory, config), device)
     return kernel
 
 
-def ordered_args(kernel: Kernel, values: dict) -> tuple:
-    """The launch arguments in the kernel's parameter order, from a name -> value mapping."""
-    names = kernel.param_names
-    if len(values) == len(names):
-        try:
-            return tuple(values[n] for n in names)
-        except KeyError:
-            pass
-    missing = [n for n in names if n not in values]
-    extra = [n for n in values if n not in names]
-    if missing or extra:
-        raise PkptxError(f"{kernel.compiled.entry}: arguments missing {missing}, unexpected {extra}")
-    return tuple(values[n] for n in names)
+__all__ = ["ArgumentError", "dtype_name", "load"]

@@ -12,9 +12,9 @@ from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
-from .common import ArgumentError, dtype_name, load, ordered_args
+from .common import ArgumentError, dtype_name, load
 from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
-from .launches import array, cached, launch_key, stream_handle, tensor_map
+from .launches import array, launch, tensor_map
 
 
 class GemmArgumentError(ArgumentError):
@@ -98,8 +98,8 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
         a_arr, b_arr = _as_array(a, "a"), _as_array(b, "b")
         m, n, _ = check_shapes(a_arr.shape, a_arr.dtype, b_arr.shape, b_arr.dtype, b_layout=b_layout)
         out = empty((m, n), a_arr.dtype, stream=stream)
-    key = launch_key("gemm", (a, b, out), (b_layout, config, timeout_ns, timeout, stream_handle(stream)))
-    cached(key, lambda: _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout))(stream)
+    launch("gemm", (a, b, out), (b_layout, config, timeout_ns, timeout), stream,
+           lambda: _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout))
     return out
 
 
@@ -129,8 +129,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     if cfg.split_k:                      # the launch keeps its workspace (arrays, not addresses)
         partials, tickets = _split_workspace(device, stream, schedule, m, n)
         values.update(splits=schedule.splits, split_ws=partials, split_tickets=tickets)
-    return launchable.prepare(LaunchConfig(grid, launchable.threads),
-                              *ordered_args(launchable, values)).launch
+    return launchable.prepare(LaunchConfig(grid, launchable.threads), **values).launch
 
 
 __all__ = ["gemm", "check_shapes", "check_config", "choose_config", "plan", "GemmConfig", "GemmArgumentError"]

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ..launch import TensorMap, from_dlpack
 from ..launch.array import DeviceArray
-from ..launch.device import Stream, as_stream
+from ..launch.device import stream_handle
 
 MAX_LAUNCHES = 512
 MAX_TENSOR_MAPS = 256
@@ -37,15 +37,15 @@ def array(x, op: str, name: str, error: type) -> DeviceArray:
         raise error(f"{op}: {name} must be a DeviceArray or a DLPack device array, got {type(x).__name__}") from exc
 
 
-def tensor_map(arr: DeviceArray, box: tuple) -> TensorMap:
-    """The 128-byte-swizzled tiled map of ``arr`` with ``box``, over its address alone (it keeps no
-    reference to the array); encoded once per address, shape, strides, dtype and box."""
-    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box)
+def tensor_map(arr: DeviceArray, box: tuple, swizzle: int | None = 128) -> TensorMap:
+    """The tiled map of ``arr`` with ``box`` (128-byte swizzle unless given), over its address alone (it
+    keeps no reference to the array); encoded once per address, shape, strides, dtype, box and swizzle."""
+    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box, swizzle)
     tmap = _tensor_maps.get(key)
     if tmap is None:
         if len(_tensor_maps) >= MAX_TENSOR_MAPS:
             _tensor_maps.pop(next(iter(_tensor_maps)))
-        tmap = _tensor_maps[key] = TensorMap.tiled(arr.ptr, dtype=arr.dtype, shape=arr.shape, box=box, swizzle=128,
+        tmap = _tensor_maps[key] = TensorMap.tiled(arr.ptr, dtype=arr.dtype, shape=arr.shape, box=box, swizzle=swizzle,
                                                    strides_bytes=tuple(st * arr.itemsize for st in arr.strides))
     return tmap
 
@@ -66,13 +66,6 @@ def operand_key(x):
         return None
 
 
-def stream_handle(stream) -> int:
-    """The raw handle of ``stream`` (what a prepared launch is queued on), for cache keys."""
-    kind = type(stream)
-    return stream.handle if kind is Stream else stream if kind is int else 0 if stream is None else \
-        as_stream(stream).handle
-
-
 def launch_key(op: str, operands: tuple, options: tuple) -> tuple | None:
     """The cache key of a call: the op, its operands' keys and its options; None (not cached) when an
     operand has no key."""
@@ -80,19 +73,22 @@ def launch_key(op: str, operands: tuple, options: tuple) -> tuple | None:
     return None if None in keys else (op, keys, options)
 
 
-def cached(key: tuple | None, make: Callable[[], Callable]) -> Callable:
-    """The launch (a callable of the stream) kept under ``key``, else ``make()``'s, kept unless ``key``
-    is None."""
+def launch(op: str, operands: tuple, options: tuple, stream, make: Callable[[], Callable]) -> None:
+    """Queue the launch of one call of ``op`` on ``stream``: the launch (a callable of the stream) kept
+    under the call's key (its operands, ``options`` and the stream), else ``make()``'s, which is kept
+    unless an operand has no key. The whole repeated call of a local op is this function."""
+    key = launch_key(op, operands, options + (stream_handle(stream),))
     if key is None:
-        return make()
-    launch = _launches.get(key)
-    if launch is None:
-        launch = _launches[key] = make()
+        make()(stream)
+        return
+    step = _launches.get(key)
+    if step is None:
+        step = _launches[key] = make()
         if len(_launches) > MAX_LAUNCHES:
             _launches.popitem(last=False)
     else:
         _launches.move_to_end(key)
-    return launch
+    step(stream)
 
 
 def clear() -> None:

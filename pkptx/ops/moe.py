@@ -23,9 +23,9 @@ from ..templates.kernels import moe_combine as combine_kernel
 from ..templates.kernels import moe_dispatch as dispatch_kernel
 from ..templates.kernels import moe_dispatch_gemm as fused_kernel
 from . import collectives
-from .common import ArgumentError, dtype_name, load, ordered_args
+from .common import ArgumentError, dtype_name, load
 from .gemm import choose_config
-from .launches import array, cached, launch_key, stream_handle, tensor_map
+from .launches import array, launch, tensor_map
 
 
 class MoeArgumentError(ArgumentError):
@@ -108,9 +108,8 @@ def grouped_gemm(x, w, offsets, *, out=None, w_layout: str = "nk", stream=None,
         xa, wa, oa = _as_array(x, "x"), _as_array(w, "w"), _as_array(offsets, "offsets")
         t, n, _, _ = check_grouped(xa.shape, xa.dtype, wa.shape, wa.dtype, oa.shape, oa.dtype, w_layout=w_layout)
         out = empty((t, n), xa.dtype, stream=stream)
-    key = launch_key("grouped_gemm", (x, w, offsets, out),
-                     (w_layout, config, timeout_ns, timeout, stream_handle(stream)))
-    cached(key, lambda: _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout))(stream)
+    launch("grouped_gemm", (x, w, offsets, out), (w_layout, config, timeout_ns, timeout), stream,
+           lambda: _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout))
     return out
 
 
@@ -132,9 +131,8 @@ def _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout):
     kernel = load(grouped_kernel.build, cfg, device)
     values, work = grouped_args(cfg, x, w, offsets, out, t, n, k, e)
     grid = persistent_grid(kernel, work=work)
-    args = ordered_args(kernel, dict(values, rank=0, world=1, status=device_status(device).ptr, timeout_ns=ns,
-                                     num_comm_sms=0))
-    return kernel.prepare(LaunchConfig(grid, kernel.threads), *args).launch
+    return kernel.prepare(LaunchConfig(grid, kernel.threads), **values, rank=0, world=1,
+                          status=device_status(device).ptr, timeout_ns=ns, num_comm_sms=0).launch
 
 
 # ------------------------------------------------------------------------------------ expert parallelism

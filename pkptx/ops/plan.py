@@ -31,7 +31,7 @@ from ..launch.occupancy import persistent_grid
 from ..launch.status import device_status
 from ..launch.symmetric import SymmetricBuffer, SymmetricHeap
 from ..templates.progress import flag_words
-from .common import ArgumentError, ordered_args
+from .common import ArgumentError
 
 MAX_PLANS = 64          # per heap
 MAX_LOCAL = 8           # local-operand variants per plan (tensor maps of different arrays)
@@ -39,19 +39,22 @@ MAX_LOCAL = 8           # local-operand variants per plan (tensor maps of differ
 
 class Plan:
     """``steps`` (callables taking the stream) and what the plan owns (SymmetricBuffers, FlagArrays),
-    plus the launches that depend on local operands, made on demand by :meth:`local`."""
+    plus the launches that depend on local operands, made on demand by :meth:`local` (at most
+    ``max_local`` of them, the oldest out)."""
 
-    def __init__(self, steps=(), owned=()):
+    def __init__(self, steps=(), owned=(), *, max_local: int = MAX_LOCAL):
         self.steps, self.owned = tuple(steps), list(owned)
         self.pinned = False
+        self.max_local = max_local
         self._local: OrderedDict = OrderedDict()
 
-    def local(self, key, make: Callable[[], tuple]) -> tuple:
-        """The steps for local operands identified by ``key`` (made by ``make()``, host-only work)."""
+    def local(self, key, make: Callable[[], tuple] | None = None) -> tuple | None:
+        """The steps for local operands identified by ``key``; on a miss ``make()``'s (host-only work),
+        kept, or None when no ``make`` is given."""
         steps = self._local.get(key)
-        if steps is None:
+        if steps is None and make is not None:
             steps = self._local[key] = tuple(make())
-            if len(self._local) > MAX_LOCAL:
+            if len(self._local) > self.max_local:
                 self._local.popitem(last=False)
         return steps
 
@@ -134,7 +137,7 @@ class HeapOps:
                     timeout_ns=timeout_ns, num_comm_sms=nblocks if num_comm_sms is None else num_comm_sms,
                     **self.layout_args("flags", self.flags.buffer))
         config = LaunchConfig(nblocks, kernel.threads)
-        return kernel.prepare(config, *ordered_args(kernel, args))
+        return kernel.prepare(config, **args)
 
     def launch(self, kernel, stream, timeout_ns: int, **options) -> None:
         """Prepare and queue one launch now (for ops without a plan of their own)."""
@@ -166,10 +169,12 @@ def refuse_capture(what: str, stream) -> None:
                            "would invalidate the capture)")
 
 
-def lookup(what: str, buf, world, key) -> tuple[HeapOps | None, Plan | None]:
-    """The hot path: ``buf``'s HeapOps and the plan for ``key``, or (None, None) when either is still to
-    be made (the caller then checks its arguments, without a GPU, before :func:`heap_ops`)."""
-    state = _states.get(buf.heap) if type(buf) is SymmetricBuffer else None
+def lookup(what: str, owner, world, key) -> tuple[HeapOps | None, Plan | None]:
+    """The hot path: the HeapOps of ``owner`` (a SymmetricBuffer, or a SymmetricHeap) and the plan for
+    ``key``, or (None, None) when either is still to be made (the caller then checks its arguments,
+    without a GPU, before :func:`heap_ops`)."""
+    kind = type(owner)
+    state = _states.get(owner.heap if kind is SymmetricBuffer else owner if kind is SymmetricHeap else None)
     if state is None:
         return None, None
     heap = state.heap

@@ -15,6 +15,11 @@ never calls makes the others' kernels give up after the timeout (``timeout=`` se
 world's; or ``timeout_ns=``); :func:`pkptx.synchronize` then raises
 a DeviceTimeoutError naming it. Every argument is checked before any GPU work (``check_ring`` and
 ``check_ulysses`` do it on shapes alone).
+
+A call's launch is prepared once per operands and options (the key of :func:`.launches.launch_key`) and
+kept in the op's plan on the heap (:mod:`.plan`), so a repeated call is a lookup and a launch; the
+kernels take the epoch they stamp their flags with as an argument, which the kept launch rewrites in
+its packed arguments at every call (``_Stamped``).
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ from ..templates.kernels import ulysses as ulysses_kernel
 from . import collectives
 from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
 from .common import dtype_name, load
-from .launches import tensor_map
+from .launches import launch_key, tensor_map
+from .plan import Plan, lookup, refuse_capture
 
 _MASK32 = (1 << 32) - 1
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
@@ -42,6 +48,7 @@ SM_PUSH = 12e9                # bytes/s a ring communicator block moves (six thr
 SM_PUSH_ONE = 10e9            # a Ulysses one (one thread, one piece in flight): H200, MPS 50/50, 2 ranks,
                               # 6144 tokens, 8 and 16 communicators (bench/RESULTS.md 2026-12-03)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
+MAX_CALLS = 64                # operand variants kept per op and heap (a model's layers each have their own)
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
 
@@ -143,32 +150,44 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
 
 # ------------------------------------------------------------------ receive buffers in a symmetric heap
 class _Workspace:
-    """Receive buffers and flag arrays per (purpose, shapes), in the caller's heap or a private one."""
+    """Receive buffers and flag arrays per (purpose, shapes), in the caller's heap or a private one;
+    forgotten when their heap closes (a later heap may have the same ``id``)."""
 
     def __init__(self):
         self.private: dict[int, SymmetricHeap] = {}
         self.items: dict[tuple, object] = {}
 
+    def heap(self, world, heap) -> SymmetricHeap | None:
+        """``heap``, checked to be a SymmetricHeap of ``world``; for None, this world's private heap (None
+        until a call makes it)."""
+        if heap is None:
+            return self.private.get(id(world))
+        if not isinstance(heap, SymmetricHeap) or heap.world is not world:
+            raise SequenceArgumentError("heap must be a SymmetricHeap of the world passed (or None)")
+        return heap
+
     def get(self, world, heap, key, nbytes: int, make):
-        """``make(heap)`` once per heap and ``key``; a private heap is re-made larger when it has no room
-        for ``nbytes`` more (every rank makes the same calls, so every rank does it at the same one)."""
-        if heap is not None:
-            if not isinstance(heap, SymmetricHeap) or heap.world is not world:
-                raise SequenceArgumentError("heap must be a SymmetricHeap of the world passed (or None)")
-        else:
+        """``make(heap)`` once per heap (checked by :meth:`heap`) and ``key``; None: the private heap,
+        re-made larger when it has no room for ``nbytes`` more (every rank makes the same calls, so every
+        rank does it at the same one)."""
+        if heap is None:
             heap = self.private.get(id(world))
             if heap is None or heap.closed or ((id(heap), key) not in self.items
                                                and heap.free_bytes < nbytes + HEAP_SLACK):
                 if heap is not None and not heap.closed:
                     Device.current().synchronize()            # no kernel still uses the old one
-                    self.items = {k: v for k, v in self.items.items() if k[0] != id(heap)}
                     heap.close()
                 else:
                     world.on_close(lambda: self.private.pop(id(world), None))
                 heap = self.private[id(world)] = SymmetricHeap(world, 2 * (nbytes + HEAP_SLACK))
         if (id(heap), key) not in self.items:
+            if not any(k[0] == id(heap) for k in self.items):       # its first: the items go with the heap
+                heap.on_close(lambda ident=id(heap): self._drop(ident))
             self.items[(id(heap), key)] = make(heap)
         return self.items[(id(heap), key)]
+
+    def _drop(self, ident: int) -> None:
+        self.items = {k: v for k, v in self.items.items() if k[0] != ident}
 
 
 _workspace = _Workspace()
@@ -200,15 +219,59 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
     return _agreed[key]
 
 
+class _Stamped:
+    """A kept call's step: its prepared launch, whose ``epoch`` argument (the number the kernel stamps
+    its flags with, counted on the host) is set to the flag array's next epoch before every launch;
+    every other argument was packed once. ``out``: the buffer the launch writes its result into, when
+    the op supplies it."""
+    __slots__ = ("set_epoch", "flags", "launch", "out")
+
+    def __init__(self, launch, flags: FlagArray, out=None):
+        self.set_epoch, self.flags, self.launch, self.out = launch.writer("epoch"), flags, launch.launch, out
+
+    def __call__(self, stream) -> None:
+        self.set_epoch(self.flags.advance() & _MASK32)
+        self.launch(stream)
+
+
+def _run(op: str, world, heap, key, stream, make) -> _Stamped:
+    """Queue one call: the step kept for ``key`` (the call's operands and options, as
+    :func:`.launches.launch_key` makes it; None: never kept) in the op's plan on its heap, else
+    ``make()``'s, which returns (the HeapOps of the heap the launch uses, the step) after every check.
+    The plan (one per op and heap, a key every rank shares) owns nothing; the heap's close drops it and
+    the steps it keeps (:data:`MAX_CALLS`, the oldest out)."""
+    state, plan = lookup(op, _workspace.heap(world, heap), world, op)
+    steps = plan.local(key) if plan is not None and key is not None else None
+    if steps is None:
+        refuse_capture(op, stream)             # a first call allocates and loads
+        state, step = make()
+        plan = state.get(op) or state.make(op, op, stream, lambda: Plan(max_local=MAX_CALLS))
+        steps = (step,) if key is None else plan.local(key, lambda: (step,))
+    state.run(plan, steps, stream)
+    return steps[0]
+
+
 def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
                    heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
                    timeout_ns: int | None = None, timeout: float | None = None,
-                   config: ring_kernel.Config | None = None) -> DeviceArray:
+                   config: ring_kernel.Config | None = None):
     """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
     shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp.
     ``config``: the kernel's (attention and relay; the same on every rank), default
-    :func:`ring_attention.default_config`."""
+    :func:`ring_attention.default_config`. Returns ``out`` (the caller's object; a new DeviceArray when
+    None). A repeated call with the same operands and options launches what the first prepared."""
     op = "ring_attention"
+    if out is None:
+        q_arr = _device_array(q, op, "q")
+        out = empty(q_arr.shape, q_arr.dtype)
+    key = launch_key(op, (q, k, v, out, lse), (causal, scale, num_comm_sms, timeout_ns, timeout, config))
+    _run(op, world, heap, key, stream, lambda: _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms,
+                                                     timeout_ns, timeout, config))
+    return out
+
+
+def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeout_ns, timeout, config):
+    """(HeapOps, step) of a ring attention call, after every check."""
     q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *_shape_dtype(out),
@@ -216,8 +279,6 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
                    sm_count=context_sm_count(), config=config)
     cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
     p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
-    if out is None:
-        out = empty(q.shape, q.dtype)
     ring_shape = (p["batch"], w * p["seq"], p["kv_heads"], p["dim"])
     ring_bytes = 2 * math.prod(ring_shape) * 2 + 4 * p["flags"]
     kr, vr, arrive = _workspace.get(world, heap, ("ring", ring_shape, str(q.dtype), halves), ring_bytes, lambda h: (
@@ -230,15 +291,14 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
                 tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
     state = collectives._state(kr)
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
-    state.launch(kernel, stream, timeout_ns,
-                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
-                 **{n: tensor_map(a, BOX5) for n, a in maps.items()},
-                 lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
-                 q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
-                 pieces=p["pieces"], row_bytes=p["row_bytes"], epoch=arrive.advance() & _MASK32,
-                 scale_log2=scale * math.log2(math.e), **state.layout_args("kr", kr), **state.layout_args("vr", vr),
-                 **state.layout_args("arrive", arrive.buffer))
-    return out
+    launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
+                           **{n: tensor_map(a, BOX5) for n, a in maps.items()},
+                           lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
+                           q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
+                           pieces=p["pieces"], row_bytes=p["row_bytes"], epoch=0, scale_log2=scale * math.log2(math.e),
+                           **state.layout_args("kr", kr), **state.layout_args("vr", vr),
+                           **state.layout_args("arrive", arrive.buffer))
+    return state, _Stamped(launch, arrive)
 
 
 _tables: dict = {}
@@ -270,8 +330,18 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     """This rank's shard of attention over the whole sequence, each rank computing H/world heads: the
     all-to-all in, the attention and the all-to-all out in one launch. ``out`` (B, S, H, D) and ``lse``
     (B, H, S) f32 are SymmetricBuffers (peers store into them); when None, workspace buffers that the
-    next call of the same shapes overwrites. Returns ``out``."""
+    next call of the same shapes overwrites. Returns ``out``. A repeated call with the same operands and
+    options launches what the first prepared."""
     op = "ulysses_attention"
+    key = launch_key(op, (q, k, v), (collectives._ident(out), collectives._ident(lse), causal, scale, num_comm_sms,
+                                     timeout_ns, timeout))
+    step = _run(op, world, heap, key, stream, lambda: _ulysses(op, q, k, v, out, lse, world, heap, causal, scale,
+                                                               num_comm_sms, timeout_ns, timeout))
+    return step.out if out is None else out
+
+
+def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeout_ns, timeout):
+    """(HeapOps, step) of a Ulysses attention call, after every check."""
     q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ulysses(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, causal=causal, scale=scale,
@@ -301,20 +371,19 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
         total, local, box_heads = heads_of[x]
         maps[f"tmap_{x}"] = tensor_map(_view(arr, (b, 1, s, total, d)), BOX5)
         maps[f"tmap_{x}g_local"] = tensor_map(_view(bufs[x].local, (b, w, s, local, d)), BOX5)
-        maps[f"tmap_{x}s"] = TensorMap.tiled(arr, box=(1, rows, box_heads, d), swizzle=None)
+        maps[f"tmap_{x}s"] = tensor_map(arr, (1, rows, box_heads, d), swizzle=None)
         tables[f"{x}g_tmaps"] = _map_table(bufs[x].peer_ptrs, q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
                                            None)
     tables["o_tmaps"] = _map_table(out.peer_ptrs, q.dtype, q.shape, BOX, 128)
     state = collectives._state(bufs["q"])
     scale = d ** -0.5 if scale is None else float(scale)
-    state.launch(kernel, stream, timeout_ns,
-                 work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"], **maps, **tables,
-                 tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"], local_heads=hl, local_kv_heads=kvl,
-                 group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],
-                 piece_bytes=p["piece_bytes"], epoch=arrive.advance() & _MASK32,
-                 scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer),
-                 **state.layout_args("lse", lse))
-    return out
+    launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
+                           **maps, **tables, tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"],
+                           local_heads=hl, local_kv_heads=kvl, group=group, seq=s, piece_rows=rows,
+                           row_pieces=p["row_pieces"], pieces=p["pieces"], piece_bytes=p["piece_bytes"], epoch=0,
+                           scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer),
+                           **state.layout_args("lse", lse))
+    return state, _Stamped(launch, arrive, out)
 
 
 __all__ = ["ring_attention", "ulysses_attention", "check_ring", "check_ulysses", "SequenceArgumentError"]

@@ -1,15 +1,16 @@
 """Kernel-side view of a parallel global layout (PGL): one buffer of the same shape on every rank.
 
 A PGL named ``x`` adds two kernel parameters: ``x_peers`` (device address of a table of ``world`` u64
-base addresses, entry ``i`` being rank i's copy as mapped into this process) and ``x_mc`` (the multicast
-address, 0 when multicast is unavailable). Rank and world size are runtime parameters shared by all
+base addresses, entry ``i`` being rank i's copy as mapped into this process; its kind is the layout's
+``table``: a peer table, or the heap's progress flags) and ``x_mc`` (the multicast address, 0 when
+multicast is unavailable). Rank and world size are runtime parameters shared by all
 PGLs of a kernel (:class:`WorldParams`), so one cubin serves every world size.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..isa import Builder, Param, Reg, address, u32, u64
+from ..isa import Builder, Kind, Param, Reg, address, u32, u64
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,11 @@ class WorldParams:
 @dataclass(frozen=True)
 class ParallelLayout:
     name: str
+    table: Kind = Kind.PEER_TABLE
 
     def params(self) -> list[Param]:
-        return [Param(f"{self.name}_peers", u64, pointer=True), Param(f"{self.name}_mc", u64)]
+        return [Param(f"{self.name}_peers", u64, pointer=True, kind=self.table),
+                Param(f"{self.name}_mc", u64, kind=Kind.MULTICAST)]
 
     def bind(self, b: Builder) -> "BoundLayout":
         """Load the table address and multicast address once, at kernel start."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Param, Reg, Vec, address, b16, b32, u32, u64
+from ..isa import Builder, Kind, Param, Reg, Vec, address, b16, b32, u32, u64
 from ..isa.instruction import locate
 
 TMAP_BYTES = 128
@@ -22,7 +22,7 @@ class TensorMapTable:
     name: str
 
     def params(self) -> list[Param]:
-        return [Param(f"{self.name}_tmaps", u64, pointer=True)]
+        return [Param(f"{self.name}_tmaps", u64, pointer=True, kind=Kind.TENSOR_MAP_TABLE)]
 
     def bind(self, b: Builder) -> "BoundTensorMaps":
         return BoundTensorMaps(b.load_param(f"{self.name}_tmaps"))

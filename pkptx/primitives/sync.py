@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Param, Reg, Sem, address, s32, u32, u64
+from ..isa import Builder, Kind, Param, Reg, Sem, address, s32, u32, u64
 from ..isa.instruction import locate
 from .layout import BoundLayout
 
@@ -32,7 +32,7 @@ class Deadline:
 
     @staticmethod
     def params() -> list[Param]:
-        return [Param("status", u64, pointer=True), Param("timeout_ns", u64)]
+        return [Param("status", u64, pointer=True, kind=Kind.STATUS), Param("timeout_ns", u64)]
 
     @classmethod
     def start(cls, b: Builder, rank: Reg) -> "Deadline":

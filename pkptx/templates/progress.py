@@ -36,11 +36,11 @@ counters are shared; after a timeout the words are out of step and the heap must
 from __future__ import annotations
 
 from ..errors import PTXBuildError
-from ..isa import Reg, Scope, Sem, address, u32, u64
+from ..isa import Kind, Reg, Scope, Sem, address, u32, u64
 from ..primitives.layout import ParallelLayout
 from ..primitives.sync import flag_address, stamp, wait_peers
 
-FLAGS = ParallelLayout("flags")
+FLAGS = ParallelLayout("flags", Kind.FLAGS)
 STARTED, FINISHED, LAUNCH_BASE, ROUNDS, ARRIVED = 0, 1, 2, 3, 4
 BARRIER_FLAG_ID = 0xFFFFFFFE       # pkptx.launch.status.BARRIER_FLAG_ID: "the heap's barrier" in reports
 _SLOTS = 3                         # shared words: ticket, launch base, rounds base
@@ -103,11 +103,13 @@ def close_barrier(ctx, round_in_launch: int, *, multicast: bool) -> None:
     through the ``bar.sync``, and acquires the earlier finishers'). The block that finishes last writes
     round ``rounds_base + round_in_launch`` into its slot on every rank, waits for every rank's slot to
     reach it, and stores ROUNDS and LAUNCH_BASE (``st.relaxed.gpu``; the next launch reads them after
-    this kernel has ended); the others exit. Every kernel with tickets must end here exactly once.
+    this kernel has ended); the others exit. Every kernel with tickets must end here exactly once, and
+    ``round_in_launch`` becomes its ``barrier_rounds`` (what one launch adds to ROUNDS).
     """
     if ctx.closed:
         raise PTXBuildError(f"{ctx.kernel.name}: close_barrier emitted twice; a launch ends once")
     ctx.closed = True
+    ctx.kernel.barrier_rounds = round_in_launch
     b = ctx.b
     with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="finish_thread")):
         flags = ctx.layouts[FLAGS.name]

@@ -7,7 +7,7 @@ non-blocking stream (so work on the default stream runs beside it, not after it)
 """
 from __future__ import annotations
 
-from pkptx.launch import Kernel, Stream
+from pkptx.launch import LoadedKernel, Stream
 from pkptx.launch.occupancy import context_sm_count
 from pkptx.launch.timing import spin_kernel
 
@@ -16,7 +16,7 @@ SMEM = 200 * 1024
 
 class Hog:
     def __init__(self, fraction: float = 0.5):
-        self.kernel = Kernel.load(spin_kernel(32, SMEM).compile())
+        self.kernel = LoadedKernel.load(spin_kernel(32, SMEM).compile())
         self.blocks = max(1, int(context_sm_count() * fraction))
         self.stream = Stream(non_blocking=True)
 

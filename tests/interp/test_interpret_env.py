@@ -18,9 +18,8 @@ import pkptx
 from pkptx.errors import SettingError
 from pkptx.interp import MemoryFault, UnsupportedError
 from pkptx.isa import Kernel, Param, address, f32, u32, u64
-from pkptx.launch import (DLPackError, Event, LaunchConfig, Stream, SymmetricHeap, World, capture, empty, from_numpy,
-                          synchronize, time_cuda)
-from pkptx.launch import Kernel as Loaded
+from pkptx.launch import (DLPackError, Event, LaunchConfig, LoadedKernel, Stream, SymmetricHeap, World, capture, empty,
+                          device_synchronize, from_numpy, time_cuda)
 from pkptx.launch import driver as pkdriver
 
 from tests.helpers.interpreted import interpreted_driver
@@ -77,7 +76,7 @@ def test_builder_kernel_through_the_launch_api(n, block, alpha, seed):
     x, y = rng.standard_normal((2, n), dtype=np.float32)
     stream = Stream()
     xs, ys = from_numpy(x, stream), from_numpy(y, stream)
-    k = Loaded.load(axpy())
+    k = LoadedKernel.load(axpy())
     grid = -(-n // block)
     k[grid, block](ys, xs, n, alpha, stream=stream)
     once = y + np.float32(alpha) * x
@@ -132,7 +131,7 @@ def test_bulk_copy(units, seed):
 
 def test_events_and_time_cuda_read_the_host_clock():
     xs = from_numpy(np.ones(512, np.float32))
-    k = Loaded.load(axpy())[2, 256]
+    k = LoadedKernel.load(axpy())[2, 256]
     start, end = Event().record(), Event()
     k(xs, xs, 512, 1.0)
     end.record()
@@ -140,13 +139,13 @@ def test_events_and_time_cuda_read_the_host_clock():
     assert start.elapsed_ms(end) > 0
     timing = time_cuda(lambda: k(xs, xs, 512, 1.0), warmup=1, repeats=3)
     assert len(timing.samples_ms) == 3 and timing.min_ms > 0
-    synchronize()
+    device_synchronize()
     assert (xs.to_numpy() == 2.0 ** 5).all()         # five launches, each doubling x in place
 
 
 def test_a_fault_is_raised_by_the_launch_that_made_it():
     xs = from_numpy(np.zeros(100, np.float32))
-    k = Loaded.load(axpy())
+    k = LoadedKernel.load(axpy())
     with pytest.raises(MemoryFault, match="out-of-bounds 4-byte global access") as info:
         k[1, 128](xs, xs, 128, 1.0)
     assert "test_interpret_env.py" in str(info.value)          # the line of axpy() that emitted the load
@@ -164,4 +163,4 @@ def test_what_is_not_modelled_says_so():
         from_numpy(np.zeros(4, np.float32)).__dlpack__()
     foreign = dataclasses.replace(axpy("axpy_from_elsewhere"), source=None)
     with pytest.raises(UnsupportedError, match="kernel 'axpy_from_elsewhere'.*builder"):
-        Loaded.load(foreign)
+        LoadedKernel.load(foreign)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.launch.fake_launch import SAFE_IN_CAPTURE, LaunchFakeDriver, forget_fake_handles
 from pkptx.errors import CaptureError, DeviceTimeoutError, HeapStateError, SettingError
-from pkptx.launch import Device, Kernel, LaunchConfig, Stream, SymmetricHeap, World, capture, empty
+from pkptx.launch import Device, LoadedKernel, LaunchConfig, Stream, SymmetricHeap, World, capture, empty
 from pkptx.launch.status import device_status, device_timeout_ns
 from pkptx.ops import collectives, plan as plans
 from pkptx.templates.progress import ARRIVED, BARRIER_FLAG_ID, ROUNDS, flag_words
@@ -39,7 +39,7 @@ def heap(fake):
 
 
 def test_100_captured_launches_of_a_plain_kernel_make_only_launches(fake):
-    k = Kernel.load(K.axpy("float32").compile())
+    k = LoadedKernel.load(K.axpy("float32").compile())
     assert "cuFuncLoad" in fake.calls               # loaded now, not lazily at a launch inside a capture
     stream = Stream(non_blocking=True)
     x, y = empty(256, "float32", stream=stream), empty(256, "float32", stream=stream)
@@ -61,7 +61,7 @@ def test_a_graph_dropped_when_the_next_capture_rebinds_it_waits(fake):
     """``with capture(s) as cap`` in a loop: ``cap`` is rebound after the capture began, so the previous
     graph is dropped inside it; its destruction waits for the capture's end (on the H200 it invalidated
     every second capture)."""
-    k = Kernel.load(K.axpy("float32").compile())
+    k = LoadedKernel.load(K.axpy("float32").compile())
     stream = Stream(non_blocking=True)
     x, y = empty(256, "float32", stream=stream), empty(256, "float32", stream=stream)
     for _ in range(3):
@@ -205,7 +205,7 @@ def test_one_timeout_setting_in_seconds(fake):
 
 
 def test_prepared_launch_packs_once(fake):
-    k = Kernel.load(K.axpy("float32").compile())
+    k = LoadedKernel.load(K.axpy("float32").compile())
     x = empty(256, "float32")
     prepared = k.prepare(LaunchConfig(1, 256), x, x, x, 2.0, 256)
     for _ in range(3):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pkptx.launch import Kernel, from_dlpack, from_numpy
+from pkptx.launch import LoadedKernel, from_dlpack, from_numpy
 from tests.launch import kernels as K
 
 pytestmark = pytest.mark.gpu
@@ -95,7 +95,7 @@ def test_exported_array_outlives_the_pkptx_handle(torch):
 
 
 def test_kernel_takes_torch_tensors(torch, gpu):
-    k = Kernel.load(K.axpy("float32").compile(), gpu)
+    k = LoadedKernel.load(K.axpy("float32").compile(), gpu)
     x = torch.rand(5000, device="cuda")
     y = torch.rand(5000, device="cuda")
     out = torch.full((5000,), float("nan"), device="cuda")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pkptx.errors import LaunchError
-from pkptx.launch import (CachingPool, DeviceArray, DriverPool, Kernel, LaunchConfig, Stream, capture, empty,
+from pkptx.launch import (CachingPool, DeviceArray, DriverPool, LoadedKernel, LaunchConfig, Stream, capture, empty,
                           from_numpy, launch, time_cuda)
 from tests.launch import kernels as K
 
@@ -22,10 +22,10 @@ FLOATS = ("float32", "float64", "float16", "bfloat16")
 
 @pytest.fixture(scope="module")
 def kernels(gpu):
-    out = {f"axpy_{d}": Kernel.load(K.axpy(d).compile(), gpu) for d in (*FLOATS, "int32")}
-    out.update({f"vec4_{d}": Kernel.load(K.vec4_add(d).compile(), gpu) for d in ("float32", "int32")})
-    out["block_sum"] = Kernel.load(K.block_sum().compile(), gpu)
-    out["cluster_ids"] = Kernel.load(K.cluster_ids().compile(), gpu)      # .reqntid 128: the block is exact
+    out = {f"axpy_{d}": LoadedKernel.load(K.axpy(d).compile(), gpu) for d in (*FLOATS, "int32")}
+    out.update({f"vec4_{d}": LoadedKernel.load(K.vec4_add(d).compile(), gpu) for d in ("float32", "int32")})
+    out["block_sum"] = LoadedKernel.load(K.block_sum().compile(), gpu)
+    out["cluster_ids"] = LoadedKernel.load(K.cluster_ids().compile(), gpu)      # .reqntid 128: the block is exact
     return out
 
 

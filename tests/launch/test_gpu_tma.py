@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pkptx.launch import DeviceArray, Kernel, TensorMap, TensorMapError, empty, from_numpy
+from pkptx.launch import DeviceArray, LoadedKernel, TensorMap, TensorMapError, empty, from_numpy
 from tests.launch import kernels as K
 
 pytestmark = pytest.mark.gpu
@@ -20,7 +20,7 @@ MAX_TILE = 96 * 1024
 
 @pytest.fixture(scope="module")
 def tma_copy(gpu):
-    return Kernel.load(K.tma_copy_2d().compile(), gpu)
+    return LoadedKernel.load(K.tma_copy_2d().compile(), gpu)
 
 
 @st.composite

@@ -1,18 +1,21 @@
 """The launch cache of the local ops (pkptx.ops.launches) over the fake driver: a repeated call makes no
 tensor map and packs nothing (one argument buffer for every launch), other operands make a new launch,
-a cached launch pins no operand, and what has no cheap key is never cached."""
+a cached launch pins no operand, and what has no cheap key is never cached. The sequence-parallel ops
+keep their calls the same way in a plan of their heap, with the epoch argument new at every call."""
 from __future__ import annotations
 
+import ctypes
 import gc
 import weakref
 
 import numpy as np
 import pytest
 
-from tests.launch.test_capture_cpu import fake  # noqa: F401  (the fixture)
-from pkptx.launch import Stream, empty
+import pkptx
+from tests.launch.test_capture_cpu import fake, heap  # noqa: F401  (the fixtures)
+from pkptx.launch import LoadedKernel, Stream, empty
 from pkptx.launch.array import DeviceArray
-from pkptx.ops import launches
+from pkptx.ops import common, launches, plan as plans, sequence
 from pkptx.ops.gemm import GemmArgumentError, gemm
 
 
@@ -84,3 +87,51 @@ def test_a_bad_call_is_refused_every_time_and_never_cached(fake):
         with pytest.raises(GemmArgumentError, match="out must be 128 x 256"):
             gemm(a, b, bad)
     assert not any(key[0] == "gemm" and key[1][2] == launches.operand_key(bad) for key in launches._launches)
+
+
+def _sequence_call(op: str, heap):
+    """A call of ``op`` at world 1 with operands made once, and the kernel it launches."""
+    q, kv = empty((1, 128, 2, 64), "bfloat16"), empty((1, 128, 2, 64), "bfloat16")
+    if op == "ring_attention":
+        out, lse = empty((1, 128, 2, 64), "bfloat16"), empty((1, 2, 128), np.float32)
+        return lambda: pkptx.ring_attention(q, kv, kv, heap.world, out=out, lse=lse, heap=heap)
+    out, lse = heap.alloc((1, 128, 2, 64), "bfloat16"), heap.alloc((1, 2, 128), np.float32)
+    return lambda: pkptx.ulysses_attention(q, kv, kv, heap.world, out=out, lse=lse, heap=heap)
+
+
+def _epoch(fake, kernel: LoadedKernel) -> int:
+    """The ``epoch`` argument of the last launch, read from its packed arguments (the fake keeps their
+    ``void**`` address; the values stay until the launch's buffer is written again)."""
+    slot = ctypes.c_void_p.from_address(fake.launches[-1][2] + 8 * kernel.signature.index("epoch")).value
+    return ctypes.c_uint32.from_address(slot).value
+
+
+@pytest.mark.parametrize("op", ["ring_attention", "ulysses_attention"])
+def test_a_repeated_sequence_call_is_one_prepared_launch_with_a_new_epoch_each_time(heap, fake, monkeypatch, op):
+    call = _sequence_call(op, heap)
+    first = call()
+    (kernel,) = [k for k in common._loaded.values() if k.compiled.entry.startswith(op.split("_")[0])]
+    epoch = _epoch(fake, kernel)
+    prepared, prepare = [], LoadedKernel.prepare
+    monkeypatch.setattr(LoadedKernel, "prepare", lambda *a, **kw: prepared.append(a) or prepare(*a, **kw))
+    encodes, before = fake.calls.count("cuTensorMapEncodeTiled"), len(fake.launches)
+    for i in range(1, 6):
+        assert call() is first
+        assert _epoch(fake, kernel) == epoch + i
+    repeated = fake.launches[before:]
+    assert len(repeated) == 5 and len({launch[2] for launch in repeated}) == 1 and not prepared
+    assert fake.calls.count("cuTensorMapEncodeTiled") == encodes
+
+
+def test_the_kept_sequence_calls_and_buffers_go_with_their_heap_and_pin_no_operand(heap, fake):
+    q, kv, out = (empty((1, 128, 2, 64), "bfloat16") for _ in range(3))
+    pkptx.ring_attention(q, kv, kv, heap.world, out=out, heap=heap)
+    assert plans._states[heap].get("ring_attention").local(launches.launch_key(
+        "ring_attention", (q, kv, kv, out, None), (False, None, None, None, None))) is not None
+    refs = [weakref.ref(x) for x in (q, kv, out)]
+    del q, kv, out
+    gc.collect()
+    assert all(r() is None for r in refs)
+    ident = id(heap)
+    heap.close()
+    assert heap not in plans._states and not any(k[0] == ident for k in sequence._workspace.items)

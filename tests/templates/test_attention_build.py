@@ -143,15 +143,14 @@ class FakeLaunch:
 
         from pkptx.toolchain import build_cached
         self.compiled = build_cached(factory, cfg)
-        self.param_names = tuple(p.name for p in self.compiled.params)
         self.threads = prod(self.compiled.block)
         self.calls = []
 
-    def prepare(self, config, *args):
+    def prepare(self, config, **values):
+        self.compiled.signature.bind(values)           # the names are the kernel's, as LoadedKernel checks
         smem = config.smem_for(self.compiled)
         shape = (config.grid[0], config.block[0]) + ((smem,) if smem else ())
-        return type("P", (), {"launch": lambda _, stream=None: self.calls.append(
-            (shape, dict(zip(self.param_names, args))))})()
+        return type("P", (), {"launch": lambda _, stream=None: self.calls.append((shape, values))})()
 
 
 @pytest.fixture

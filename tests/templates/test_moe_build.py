@@ -389,7 +389,7 @@ def test_two_builds_of_one_module_and_config_load_apart(monkeypatch):
     loaded = []
     monkeypatch.setattr(common, "_loaded", {})
     monkeypatch.setattr(common, "build_cached", lambda factory, cfg: factory(cfg))
-    monkeypatch.setattr(common.Kernel, "load", staticmethod(lambda kernel, device: loaded.append(kernel) or kernel))
+    monkeypatch.setattr(common.LoadedKernel, "load", staticmethod(lambda kernel, device: loaded.append(kernel) or kernel))
     device = type("D", (), {"ordinal": 0})()
     route = common.load(moe_dispatch.build_route, moe_dispatch.Config(), device)
     push = common.load(moe_dispatch.build, moe_dispatch.Config(), device)

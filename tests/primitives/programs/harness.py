@@ -17,11 +17,10 @@ import traceback
 import ml_dtypes
 import numpy as np
 
-from pkptx.launch import DeviceArray, Device, Kernel, TensorMap, empty, from_numpy
+from pkptx.launch import DeviceArray, Device, LoadedKernel, TensorMap, empty, from_numpy
 from pkptx.launch.status import device_status
 from pkptx.launch.symmetric import SymmetricHeap
 from pkptx.launch.world import World
-from pkptx.ops.common import ordered_args
 from tests.helpers.mpi import report
 
 DTYPES = {"bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.dtype(np.float16), "f32": np.dtype(np.float32)}
@@ -43,21 +42,21 @@ class Env:
         self.heap = SymmetricHeap(self.world, heap_bytes, path=os.environ.get("PKPTX_PATH", "vmm"))
         self.status = device_status(self.device)
         self.run_seed = self.world.allgather(secrets.randbits(62) if self.rank == 0 else None, what="seed")[0]
-        self._kernels: dict[str, Kernel] = {}
+        self._kernels: dict[str, LoadedKernel] = {}
 
-    def kernel(self, built) -> Kernel:
+    def kernel(self, built) -> LoadedKernel:
         """A builder Kernel assembled (disk cache) and loaded once per process."""
         k = self._kernels.get(built.name)
         if k is None:
-            k = self._kernels[built.name] = Kernel.load(built.compile(), self.device)
+            k = self._kernels[built.name] = LoadedKernel.load(built.compile(), self.device)
         return k
 
     def launch(self, built, grid: int, block: int, smem: int = 0, **values) -> None:
         k = self.kernel(built)
-        names = {p.name for p in k.compiled.params}
+        names = set(k.signature.names)
         defaults = dict(rank=self.rank, world=self.size, status=self.status.ptr, timeout_ns=TIMEOUT_NS)
         args = {**{n: v for n, v in defaults.items() if n in names}, **values}
-        k[grid, block, smem](*ordered_args(k, args))
+        k[grid, block, smem](*k.signature.bind(args))
 
     def finish(self, what: str) -> None:
         """Wait for this rank's kernels and raise DeviceTimeoutError if a bounded wait expired."""
