@@ -11,8 +11,7 @@ import numpy as np  # noqa: E402
 
 from pkptx.isa import Kernel, Param, address, b32, u32, u64  # noqa: E402
 from pkptx.launch import Device, Stream, empty, time_cuda  # noqa: E402
-from pkptx.launch import launch as _launch  # noqa: E402,F401
-from pkptx.launch.launch import Kernel as Loaded  # noqa: E402
+from pkptx.launch import LoadedKernel as Loaded  # noqa: E402
 from pkptx.primitives import Pipeline, StageRing  # noqa: E402
 from pkptx.primitives.sync import Deadline  # noqa: E402
 from pkptx.templates.kernels import copy as bulk_copy  # noqa: E402

@@ -87,7 +87,8 @@ def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: flo
     for the whole launch (a communicator's SM stays idle once its pushes are done)."""
     sms = sm_count or 132
     compute_s = flops / (sms * SM_FLOPS)
-    need = math.ceil(1.5 * comm_bytes / max(compute_s * push, 1.0))
+    budget = compute_s * push              # bytes one communicator moves in the attention's time
+    need = 1 if comm_bytes == 0 else math.ceil(1.5 * comm_bytes / budget) if budget > 0 else sms
     return max(1, min(need, sms // 8))
 
 
