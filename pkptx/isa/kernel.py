@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 
 from ..errors import PTXBuildError, TargetError
 from .instruction import Instruction, locate
@@ -68,6 +69,10 @@ class Kernel:
         self._instructions = 0
         self._regs: dict[str, Reg] = {}
         self._defined: set[str] = set()
+        self._always: set[str] = set()          # written at the entry, so on every path
+        self.hoisted: dict[str, Reg] = {}       # parameter name -> its register, loaded at the entry
+        self._entry_end: int | None = None      # while hoisting: where the entry's loads end in the body
+        self._entry_len = 0
         self._labels_placed: dict[str, object] = {}
         self._labels_used: dict[str, object] = {}
         self._shared: list[tuple[Symbol, int, int]] = []
@@ -125,9 +130,24 @@ class Kernel:
         self._regs[reg.name] = reg
 
     def append(self, ins: Instruction) -> None:
-        self.body.append(ins)
+        if self._entry_end is None:
+            self.body.append(ins)
+        else:
+            self.body.insert(self._entry_end, ins)
+            self._entry_end += 1
         if ins.kind in ("ins", "raw"):
             self._instructions += 1
+
+    @contextmanager
+    def at_entry(self):
+        """Emit into the kernel's entry (before every instruction so far): what is written there is
+        written on every path, wherever the builder stands."""
+        self._entry_end, defined = self._entry_len, set(self._defined)
+        try:
+            yield
+        finally:
+            self._entry_len, self._entry_end = self._entry_end, None
+            self._always |= self._defined - defined
 
     def require(self, spec, version, text: str) -> None:
         """Check the instruction against the kernel's target and version pins, then record what it needs
@@ -165,7 +185,7 @@ class Kernel:
     def restore_defined(self, names) -> None:
         """Leave a conditional arm: registers first written inside it are not written on every path
         past it, so a later read of them is a read before write."""
-        self._defined = set(names)
+        self._defined = set(names) | self._always
 
     def place_label(self, label, origin) -> None:
         if label.name in self._labels_placed:

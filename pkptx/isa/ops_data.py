@@ -52,12 +52,19 @@ class DataOps:
         return self.mov(sreg.type, sreg, into=into, name=key[1:].replace(".", "_"))
 
     def load_param(self, param, *, name=None) -> Reg:
-        """``ld.param.<type> d, [param]`` for a scalar kernel parameter (by name or Param)."""
+        """A scalar kernel parameter (by name or Param) in a register: ``ld.param.<type> d, [param]``
+        emitted once, at the kernel's entry, whichever path asks first, so the register holds the value
+        on every path and a role never loads it twice. The register is the parameter's: do not write it."""
         p = self.kernel.param(param) if isinstance(param, str) else param
         if p.is_bytes:
             raise PTXBuildError(f"parameter {p.name} is a byte array; take its address with "
                                 f"b.param_address('{p.name}') (a tensor map) instead of loading it")
-        return self.ld(p.type, address(p), space="param", name=name or p.name)
+        reg = self.kernel.hoisted.get(p.name)
+        if reg is None:
+            with self.kernel.at_entry():
+                reg = self.ld(p.type, address(p), space="param", name=name or p.name)
+            self.kernel.hoisted[p.name] = reg
+        return reg
 
     def param_address(self, param, *, name=None) -> Reg:
         """``mov.u64 d, param``: the param-space address of a by-value parameter. TMA wants a generic

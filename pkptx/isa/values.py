@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import PTXBuildError
 from .signature import Kind, default_kind
-from .types import PtxType, b8, pred, ptx_type
+from .types import PtxType, b8, pred
 
 
 @dataclass(frozen=True)

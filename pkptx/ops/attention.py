@@ -34,7 +34,7 @@ def grid_size(kernel, tasks: int) -> int:
     return persistent_grid(kernel, work=tasks)
 
 
-def _device_array(x, op: str, name: str) -> DeviceArray:
+def operand_array(x, op: str, name: str) -> DeviceArray:
     arr = array(x, op, name, AttentionArgumentError)
     if not arr.is_contiguous or arr.ptr % 16:
         raise AttentionArgumentError(f"{op}: {name} must be C-contiguous and 16-byte aligned")
@@ -83,11 +83,11 @@ def check_attention(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, out_sh
     return batch, seq_q, seq_k, heads, kv_heads, dim
 
 
-def _optional(x, op: str, name: str):
-    return None if x is None else _device_array(x, op, name)
+def optional_array(x, op: str, name: str):
+    return None if x is None else operand_array(x, op, name)
 
 
-def _shape_dtype(arr):
+def shape_dtype(arr):
     return (None, None) if arr is None else (arr.shape, arr.dtype)
 
 
@@ -97,7 +97,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     (the caller's object; allocated like q when None) and writes the per-row log-sum-exp into ``lse``
     when it is given. A repeated call with the same operands launches what the first prepared."""
     if out is None:
-        q_arr = _device_array(q, "attention", "q")
+        q_arr = operand_array(q, "attention", "q")
         out = empty(q_arr.shape, q_arr.dtype, stream=stream)
     launch("attention", (q, k, v, out, lse), (causal, scale, config, timeout_ns, timeout), stream,
            lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))
@@ -106,10 +106,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
 
 def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
     """The checked and packed launch of one attention call."""
-    q, k, v, out = (_device_array(x, "attention", n) for n, x in (("q", q), ("k", k), ("v", v), ("out", out)))
-    lse = _optional(lse, "attention", "lse")
+    q, k, v, out = (operand_array(x, "attention", n) for n, x in (("q", q), ("k", k), ("v", v), ("out", out)))
+    lse = optional_array(lse, "attention", "lse")
     batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
-        q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *_shape_dtype(lse),
+        q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *shape_dtype(lse),
         causal=causal, scale=scale)
     cfg = config or kernel.default_config(dtype_name(q.dtype), dim, causal, seq_k)
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
@@ -157,7 +157,7 @@ def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=No
     (a separate array: the threads of a row read lse_a and lse_b until the row is done)."""
     op = "attention_merge"
     if out is None:
-        a = _device_array(out_a, op, "out_a")
+        a = operand_array(out_a, op, "out_a")
         out = empty(a.shape, a.dtype, stream=stream)
     launch(op, (out_a, lse_a, out_b, lse_b, out, lse), (), stream,
            lambda: _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse))
@@ -166,12 +166,12 @@ def attention_merge(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, stream=No
 
 def _prepare_merge(out_a, lse_a, out_b, lse_b, out, lse):
     op = "attention_merge"
-    arrays = {n: _device_array(x, op, n) for n, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b),
+    arrays = {n: operand_array(x, op, n) for n, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b),
                                                        ("lse_b", lse_b), ("out", out))}
-    lse = _optional(lse, op, "lse")
+    lse = optional_array(lse, op, "lse")
     out = arrays["out"]
     batch, seq, heads, dim = check_merge(*(x for name, arr in arrays.items() if name != "out"
-                                           for x in (arr.shape, arr.dtype)), out.shape, out.dtype, *_shape_dtype(lse))
+                                           for x in (arr.shape, arr.dtype)), out.shape, out.dtype, *shape_dtype(lse))
     if lse is not None and lse.ptr in (arrays["lse_a"].ptr, arrays["lse_b"].ptr):
         raise AttentionArgumentError(f"{op}: lse must not be lse_a or lse_b (merge into a separate array)")
     cfg = merge_kernel.Config(dtype=dtype_name(out.dtype))

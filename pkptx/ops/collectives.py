@@ -27,15 +27,10 @@ from ..templates.kernels import all_to_all as all_to_all_kernel
 from ..templates.kernels import reduce_scatter as reduce_scatter_kernel
 from ..templates.runs import MAX_UNITS, RunMap, normalize_dim, split_at, unit_bytes
 from .common import ArgumentError, dtype_name, load
-from .plan import HeapOps, Plan, check_status, heap_ops, lookup
+from .plan import Plan, buffer_key, check_status, heap_ops, lookup
 
 OPS = ("sum", "max", "min")
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "synchronize", "DEFAULT_TIMEOUT_NS"]
-
-
-def _state(buf: SymmetricBuffer) -> HeapOps:
-    """The HeapOps of ``buf``'s heap (for ops that launch without a plan of their own)."""
-    return heap_ops("launch", buf, buf.heap.world)
 
 
 def _check_buffer(fn: str, name: str, buf, world) -> str:
@@ -50,16 +45,6 @@ def _check_buffer(fn: str, name: str, buf, world) -> str:
     return dtype
 
 
-def _ident(buf) -> tuple | None:
-    """What identifies a buffer in a plan key: the same on every rank (heap and offset), and its shape and
-    dtype (anything else passed as a buffer gets a key that no plan has, and is refused by the checks)."""
-    if buf is None:
-        return None
-    if type(buf) is SymmetricBuffer:
-        return (id(buf.heap), buf.offset, buf.shape, buf.dtype)
-    return (id(buf),)
-
-
 def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBuffer | None = None,
                algorithm: str = "auto", stream=None, timeout_ns: int | None = None,
                timeout: float | None = None) -> SymmetricBuffer:
@@ -69,7 +54,7 @@ def all_reduce(buf: SymmetricBuffer, world, *, op: str = "sum", out: SymmetricBu
     "two_shot" (each rank reduces one slice and writes it everywhere), or "auto". Multimem forms are
     used when the heap has a multicast mapping. Returns the buffer holding the result.
     """
-    key = ("all_reduce", _ident(buf), _ident(out), op, algorithm, timeout_ns, timeout)
+    key = ("all_reduce", buffer_key(buf), buffer_key(out), op, algorithm, timeout_ns, timeout)
     state, plan = lookup("all_reduce", buf, world, key)
     if plan is None:
         cfg, n_vec, work, ns = _check_all_reduce(buf, world, op, out, algorithm, timeout_ns, timeout)
@@ -272,7 +257,7 @@ def all_gather(buf: SymmetricBuffer, world, *, dim: int, out: SymmetricBuffer | 
     already sits in its slot (``buf[..., rank*m:(rank+1)*m, ...]`` along ``dim``). Multicast stores are
     used when the output has a multicast mapping and rows are a multiple of 16 bytes. Returns ``out``.
     """
-    key = ("all_gather", _ident(buf), _ident(out), dim, timeout_ns, timeout)
+    key = ("all_gather", buffer_key(buf), buffer_key(out), dim, timeout_ns, timeout)
 
     def check(target, in_place):
         return check_all_gather(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank, dim=dim,
@@ -290,7 +275,7 @@ def reduce_scatter(buf: SymmetricBuffer, world, *, dim: int, op: str = "sum", ou
     left as it was). Multimem loads are used when ``buf`` has a multicast mapping and rows are a multiple
     of 16 bytes (not for f32 min/max). Returns ``out``.
     """
-    key = ("reduce_scatter", _ident(buf), _ident(out), dim, op, timeout_ns, timeout)
+    key = ("reduce_scatter", buffer_key(buf), buffer_key(out), dim, op, timeout_ns, timeout)
 
     def check(target, in_place):
         return check_reduce_scatter(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank, dim=dim,
@@ -304,7 +289,7 @@ def all_to_all(buf: SymmetricBuffer, world, *, scatter_dim: int, gather_dim: int
     """Rank r's ``out`` gathers, along ``gather_dim``, chunk r (along ``scatter_dim``) of every rank's
     ``buf``: ``out_r[..., g-chunk s, ...] = buf_s[..., a-chunk r, ...]``; out of place only (``out`` is
     required). Returns ``out``."""
-    key = ("all_to_all", _ident(buf), _ident(out), scatter_dim, gather_dim, timeout_ns, timeout)
+    key = ("all_to_all", buffer_key(buf), buffer_key(out), scatter_dim, gather_dim, timeout_ns, timeout)
 
     def check(target, in_place):
         return check_all_to_all(buf.shape, buf.dtype, target.shape, target.dtype, world.size, buf.rank,

@@ -32,7 +32,7 @@ from .common import ArgumentError, dtype_name, load
 from .gemm import GemmArgumentError, check_shapes, choose_config, gemm
 from .launches import array, tensor_map
 from .gemm_plan import all_reduce_comm_sms
-from .plan import HeapOps, Plan, heap_ops
+from .plan import HeapOps, Plan, buffer_key, heap_ops
 
 
 def _operand(x, name: str) -> DeviceArray:
@@ -153,7 +153,7 @@ def gemm_rs(a, b_shard, world, *, out: SymmetricBuffer, b_layout: str = "nk", st
         return collectives.reduce_scatter(partial, world, dim=0, out=out, stream=stream, timeout_ns=ns)
     if rows % cfg.gemm.tile_m:
         raise ArgumentError(f"gemm_rs: M / world = {rows} must be a multiple of the {cfg.gemm.tile_m}-row tile")
-    plan = _plan_for(state, "gemm_rs", ("gemm_rs", collectives._ident(out), cfg, ns), stream)
+    plan = _plan_for(state, "gemm_rs", ("gemm_rs", buffer_key(out), cfg, ns), stream)
 
     def launches():
         kernel = load(rs_kernel.build, cfg, state.device)
@@ -202,7 +202,7 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
                         tmap_c=tensor_map(out, cfg.gemm.c_box), rows_per_rank=m // world.size, row_bytes=k * 2,
                         **state.layout_args("a", a_shard), **state.layout_args("ready", ready.buffer))
 
-    _run_with_flags(state, "ag_gemm", ("ag_gemm", collectives._ident(a_shard), cfg, num_comm_sms, ns), stream,
+    _run_with_flags(state, "ag_gemm", ("ag_gemm", buffer_key(a_shard), cfg, num_comm_sms, ns), stream,
                     -(-m // cfg.gemm.tile_m), (_ident(b), _ident(out)), launch)
     return out
 
@@ -246,6 +246,6 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
                         **state.layout_args("c", out), **state.layout_args("done", done.buffer))
 
     slots = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n) * world.size * cfg.gemm.consumers
-    _run_with_flags(state, "gemm_ar", ("gemm_ar", collectives._ident(out), cfg, num_comm_sms, ns), stream, slots,
+    _run_with_flags(state, "gemm_ar", ("gemm_ar", buffer_key(out), cfg, num_comm_sms, ns), stream, slots,
                     (_ident(a), _ident(b)), launch)
     return out

@@ -22,10 +22,10 @@ from ..templates.kernels import grouped_gemm as grouped_kernel
 from ..templates.kernels import moe_combine as combine_kernel
 from ..templates.kernels import moe_dispatch as dispatch_kernel
 from ..templates.kernels import moe_dispatch_gemm as fused_kernel
-from . import collectives
 from .common import ArgumentError, dtype_name, load
 from .gemm import choose_config
 from .launches import array, launch, tensor_map
+from .plan import heap_ops, heap_state
 
 
 class MoeArgumentError(ArgumentError):
@@ -204,15 +204,9 @@ class _MoeState:
         self.offsets = empty((r.local,), np.int32)
 
 
-_moe_states: dict = {}
-
-
 def _moe_state(heap: SymmetricHeap, r: Routing) -> _MoeState:
-    key = (id(heap), r)
-    if key not in _moe_states:
-        _moe_states[key] = _MoeState(heap, r)
-        heap.world.on_close(lambda: _moe_states.pop(key, None))
-    return _moe_states[key]
+    """The layer's buffers for this routing shape on ``heap``, made on first use, gone with the heap."""
+    return heap_ops("moe_dispatch", heap, heap.world).kept(("moe", r), lambda: _MoeState(heap, r))
 
 
 @dataclass
@@ -245,7 +239,7 @@ def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[D
     """Launch route: counts, exchange, slots, send order and the receive layout."""
     state = _moe_state(heap, r)
     kernel = load(dispatch_kernel.build_route, dispatch_kernel.Config(), Device.current())
-    layouts = collectives._state(state.recv)
+    layouts = heap_state(state.recv)
     layouts.launch(kernel, stream, timeout_ns, work=1,
                    ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
                    order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks,
@@ -256,7 +250,7 @@ def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[D
 
 
 def _push_values(d: Dispatch, x: DeviceArray, state: _MoeState) -> dict:
-    r, layouts = d.routing, collectives._state(state.recv)
+    r, layouts = d.routing, heap_state(state.recv)
     return dict(x=x.ptr, pairs=r.tokens * r.topk, topk=r.topk, row_bytes=r.hidden * r.dtype.itemsize,
                 ids=d.topk_ids.ptr, slots=d.slots.ptr, order=state.order.ptr, local=r.local,
                 **layouts.layout_args("recv", state.recv),
@@ -276,7 +270,7 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
     cfg = dispatch_kernel.Config()
     kernel = load(dispatch_kernel.build, cfg, Device.current())
     work = -(-d.routing.tokens * d.routing.topk // cfg.warps)
-    collectives._state(state.recv).launch(kernel, stream, timeout_ns, work=work, **_push_values(d, x, state))
+    heap_state(state.recv).launch(kernel, stream, timeout_ns, work=work, **_push_values(d, x, state))
     return d
 
 
@@ -312,7 +306,7 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
         out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
     d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
     values, _ = grouped_args(grouped, d.recv, w, d.offsets, out, r.capacity, n, k, e)
-    collectives._state(state.recv).launch(kernel, stream, timeout_ns, num_comm_sms=num_comm_sms, **values,
+    heap_state(state.recv).launch(kernel, stream, timeout_ns, num_comm_sms=num_comm_sms, **values,
                                           **_push_values(d, x, state))
     return d, out
 
@@ -340,7 +334,7 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     cfg = combine_kernel.Config(dtype=dtype_name(y.dtype), out_dtype=dtype_name(out.dtype))
     kernel = load(combine_kernel.build, cfg, Device.current())
     units = r.tokens * (n // 8)
-    state = collectives._state(y)
+    state = heap_state(y)
     state.launch(kernel, stream, timeout_ns, work=-(-units // kernel.threads),
                  ids=dispatch.topk_ids.ptr, slots=dispatch.slots.ptr, weights=dispatch.topk_weights.ptr, units=units,
                  row_units=n // 8, topk=r.topk, local=r.local, out=out.ptr, **state.layout_args("y", y))

@@ -79,6 +79,7 @@ class HeapOps:
             self.device = Device.current()
             self.status = device_status(self.device)      # made now, never inside a capture
         self.plans: OrderedDict = OrderedDict()
+        self._kept: dict = {}
         heap.on_reset(self._reset)
         heap.on_close(self._close)
 
@@ -99,6 +100,15 @@ class HeapOps:
         if len(self.plans) > MAX_PLANS:
             self._evict()
         return plan
+
+    def kept(self, key, make: Callable[[], object]):
+        """What the heap's ops share across plans (an op's receive buffers, a table of tensor maps over
+        its buffers): ``make()`` on first use of ``key`` (every rank in the same order: it may allocate
+        from the heap), then the same object until the heap closes."""
+        thing = self._kept.get(key)
+        if thing is None:
+            thing = self._kept[key] = make()
+        return thing
 
     def _evict(self) -> None:
         victim = next((k for k, p in self.plans.items() if not p.pinned), None)
@@ -159,6 +169,7 @@ class HeapOps:
         _states.pop(self.heap, None)
         _unchecked.discard(self)
         self.plans.clear()          # the heap's memory goes with it: nothing to free one by one
+        self._kept.clear()
 
 
 def refuse_capture(what: str, stream) -> None:
@@ -186,11 +197,15 @@ def lookup(what: str, owner, world, key) -> tuple[HeapOps | None, Plan | None]:
 
 
 def heap_ops(what: str, buf, world, stream=None) -> HeapOps:
-    """The HeapOps of ``buf``'s heap (made on first use, collectively, never while ``stream`` captures),
-    after checking that ``buf`` is a SymmetricBuffer of ``world`` and that its heap is usable."""
-    if not isinstance(buf, SymmetricBuffer):
+    """The HeapOps of ``buf``'s heap (``buf`` a SymmetricBuffer, or the SymmetricHeap itself; made on first
+    use, collectively, never while ``stream`` captures), after checking that the heap is ``world``'s and
+    usable."""
+    if isinstance(buf, SymmetricHeap):
+        heap = buf
+    elif isinstance(buf, SymmetricBuffer):
+        heap = buf.heap
+    else:
         raise ArgumentError(f"{what}: buf must be a SymmetricBuffer (SymmetricHeap.alloc), got {type(buf).__name__}")
-    heap = buf.heap
     if heap.world is not world:
         raise ArgumentError(f"{what}: buf belongs to another World than the one passed")
     if heap.poisoned is not None or heap.closed:
@@ -200,6 +215,21 @@ def heap_ops(what: str, buf, world, stream=None) -> HeapOps:
         refuse_capture(what, stream)
         state = _states[heap] = HeapOps(heap)
     return state
+
+
+def heap_state(buf: SymmetricBuffer) -> HeapOps:
+    """The HeapOps of ``buf``'s heap (for ops that launch without a plan of their own)."""
+    return heap_ops("launch", buf, buf.heap.world)
+
+
+def buffer_key(buf) -> tuple | None:
+    """What identifies a buffer in a plan key: the same on every rank (heap and offset), and its shape and
+    dtype (anything else passed as a buffer gets a key that no plan has, and is refused by the checks)."""
+    if buf is None:
+        return None
+    if type(buf) is SymmetricBuffer:
+        return (id(buf.heap), buf.offset, buf.shape, buf.dtype)
+    return (id(buf),)
 
 
 def check_status(device, what: str) -> None:

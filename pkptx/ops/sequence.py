@@ -36,11 +36,10 @@ from ..launch.symmetric import SymmetricBuffer
 from ..launch.tensormap import TensorMap
 from ..templates.kernels import ring_attention as ring_kernel
 from ..templates.kernels import ulysses as ulysses_kernel
-from . import collectives
-from .attention import AttentionArgumentError, BOX, _device_array, _optional, _shape_dtype, check_attention
+from .attention import AttentionArgumentError, BOX, check_attention, operand_array, optional_array, shape_dtype
 from .common import dtype_name, load
 from .launches import launch_key, tensor_map
-from .plan import Plan, lookup, refuse_capture
+from .plan import Plan, buffer_key, heap_state, lookup, refuse_capture
 
 _MASK32 = (1 << 32) - 1
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
@@ -199,8 +198,8 @@ def _view(arr: DeviceArray, shape) -> DeviceArray:
 
 
 def _inputs(op: str, q, k, v, out, lse):
-    q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
-    return q, k, v, _optional(out, op, "out"), _optional(lse, op, "lse")
+    q, k, v = (operand_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    return q, k, v, optional_array(out, op, "out"), optional_array(lse, op, "lse")
 
 
 _agreed: dict = {}
@@ -263,7 +262,7 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
     None). A repeated call with the same operands and options launches what the first prepared."""
     op = "ring_attention"
     if out is None:
-        q_arr = _device_array(q, op, "q")
+        q_arr = operand_array(q, op, "q")
         out = empty(q_arr.shape, q_arr.dtype)
     key = launch_key(op, (q, k, v, out, lse), (causal, scale, num_comm_sms, timeout_ns, timeout, config))
     _run(op, world, heap, key, stream, lambda: _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms,
@@ -275,8 +274,8 @@ def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeo
     """(HeapOps, step) of a ring attention call, after every check."""
     q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
-    p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *_shape_dtype(out),
-                   *_shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
+    p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *shape_dtype(out),
+                   *shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
                    sm_count=context_sm_count(), config=config)
     cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
     p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
@@ -290,7 +289,7 @@ def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeo
     maps = dict(tmap_q=_view(q, (b, halves, c, heads, d)), tmap_o=_view(out, (b, halves, c, heads, d)),
                 tmap_k=_view(k, (b, halves, c, kvh, d)), tmap_v=_view(v, (b, halves, c, kvh, d)),
                 tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
-    state = collectives._state(kr)
+    state = heap_state(kr)
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
     launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
                            **{n: tensor_map(a, BOX5) for n, a in maps.items()},
@@ -302,16 +301,13 @@ def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeo
     return state, _Stamped(launch, arrive)
 
 
-_tables: dict = {}
-
-
-def _map_table(ptrs, dtype, shape, box, swizzle) -> DeviceArray:
-    """A device table of tensor maps, one per rank's copy of a buffer (made once per buffer and box)."""
-    key = (tuple(ptrs), str(dtype), tuple(shape), box, swizzle)
-    if key not in _tables:
-        maps = b"".join(TensorMap.tiled(ptr, dtype, shape, box=box, swizzle=swizzle).data for ptr in ptrs)
-        _tables[key] = from_numpy(np.frombuffer(maps, dtype=np.uint8).copy())
-    return _tables[key]
+def _map_table(buf: SymmetricBuffer, dtype, shape, box, swizzle) -> DeviceArray:
+    """A device table of tensor maps, one per rank's copy of ``buf`` (made once per buffer and box, kept
+    with its heap)."""
+    def make():
+        maps = b"".join(TensorMap.tiled(ptr, dtype, shape, box=box, swizzle=swizzle).data for ptr in buf.peer_ptrs)
+        return from_numpy(np.frombuffer(maps, dtype=np.uint8).copy())
+    return heap_state(buf).kept(("map_table", tuple(buf.peer_ptrs), str(dtype), tuple(shape), box, swizzle), make)
 
 
 def _symmetric(op: str, name: str, buf, world, shape, dtype):
@@ -334,7 +330,7 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     next call of the same shapes overwrites. Returns ``out``. A repeated call with the same operands and
     options launches what the first prepared."""
     op = "ulysses_attention"
-    key = launch_key(op, (q, k, v), (collectives._ident(out), collectives._ident(lse), causal, scale, num_comm_sms,
+    key = launch_key(op, (q, k, v), (buffer_key(out), buffer_key(lse), causal, scale, num_comm_sms,
                                      timeout_ns, timeout))
     step = _run(op, world, heap, key, stream, lambda: _ulysses(op, q, k, v, out, lse, world, heap, causal, scale,
                                                                num_comm_sms, timeout_ns, timeout))
@@ -343,7 +339,7 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
 
 def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeout_ns, timeout):
     """(HeapOps, step) of a Ulysses attention call, after every check."""
-    q, k, v = (_device_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
+    q, k, v = (operand_array(x, op, n) for n, x in (("q", q), ("k", k), ("v", v)))
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ulysses(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, causal=causal, scale=scale,
                       num_comm_sms=num_comm_sms, sm_count=context_sm_count())
@@ -373,10 +369,10 @@ def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, ti
         maps[f"tmap_{x}"] = tensor_map(_view(arr, (b, 1, s, total, d)), BOX5)
         maps[f"tmap_{x}g_local"] = tensor_map(_view(bufs[x].local, (b, w, s, local, d)), BOX5)
         maps[f"tmap_{x}s"] = tensor_map(arr, (1, rows, box_heads, d), swizzle=None)
-        tables[f"{x}g_tmaps"] = _map_table(bufs[x].peer_ptrs, q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
+        tables[f"{x}g_tmaps"] = _map_table(bufs[x], q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
                                            None)
-    tables["o_tmaps"] = _map_table(out.peer_ptrs, q.dtype, q.shape, BOX, 128)
-    state = collectives._state(bufs["q"])
+    tables["o_tmaps"] = _map_table(out, q.dtype, q.shape, BOX, 128)
+    state = heap_state(bufs["q"])
     scale = d ** -0.5 if scale is None else float(scale)
     launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
                            **maps, **tables, tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"],

@@ -22,11 +22,12 @@ SUBTILE_ROWS = 64
 STAGING_BYTES = 16 * 1024   # per consumer warpgroup
 
 
-def tile_of(ctx: Ctx, task, group_m: int):
+def tile_of(ctx: Ctx, task, group_m: int, tiles_m=None):
     """Grouped tile order: ``group_m`` tile rows at a time, column by column within a group, so the
-    blocks running at once share A rows and B columns in L2."""
+    blocks running at once share A rows and B columns in L2. ``tiles_m``: the tile rows (default: the
+    parameter)."""
     b = ctx.b
-    tiles_m, tiles_n = ctx.param("tiles_m"), ctx.param("tiles_n")
+    tiles_m, tiles_n = tiles_m or ctx.p.tiles_m, ctx.p.tiles_n
     per_group = b.mul(u32, tiles_n, group_m, mode="lo", name="per_group")
     group = b.div(u32, task, per_group, name="group")
     first_m = b.mul(u32, group, group_m, mode="lo", name="first_m")

@@ -14,7 +14,7 @@ Hosts size the grid with :func:`pkptx.launch.occupancy.persistent_grid`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import PTXBuildError
@@ -47,13 +47,32 @@ class Ring:
     arrivals: int = 1
 
 
+class Params:
+    """The kernel's scalar parameters by attribute (``ctx.p.k_blocks``; ``ctx.p[name]`` for a computed
+    name): each is one register loaded at the kernel's entry (:meth:`pkptx.isa.Builder.load_param`), so it
+    may be read on any path. A name the kernel does not declare fails at build time, naming the ones it has."""
+    __slots__ = ("_b",)
+
+    def __init__(self, b: Builder):
+        self._b = b
+
+    def __getattr__(self, name: str) -> Reg:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._b.load_param(name)
+
+    __getitem__ = __getattr__
+
+
 @dataclass
 class Ctx:
-    """What a role function can use: the builder, the world, bound PGLs and tensor maps, shared
-    buffers (as .u32 shared addresses), mbarrier rings, and the thread's index within its role.
-    With tickets (:mod:`.progress`): ``ticket``, the counters the previous launch left
-    (``launch_base``, ``rounds_base``) and ``epoch``, this launch's number on the heap (the same on
-    every rank; flags stamped with it need no host-side count, so graph replays stay correct)."""
+    """What the template gives a role function: the builder, the world, the parameters (``p``), bound
+    PGLs and tensor maps, shared buffers (as .u32 shared addresses), mbarrier rings, and the thread's
+    index within its role (``role_tid`` of ``role_threads``). With tickets (:mod:`.progress`): ``ticket``,
+    the counters the previous launch left (``launch_base``, ``rounds_base``) and ``epoch``, this
+    launch's number on the heap (the same on every rank; flags stamped with it need no host-side count,
+    so graph replays stay correct). Registers of a kernel's own (loop counters, a tile's bounds) live
+    in the part that makes them, not here."""
     b: Builder
     kernel: Kernel
     rank: Reg
@@ -71,22 +90,10 @@ class Ctx:
     closed: bool = False
     role_tid: Reg | None = None
     role_threads: int = 0
-    _params: dict = field(default_factory=dict)
 
-    def param(self, name: str) -> Reg:
-        """A scalar kernel parameter (loaded once), or a value stored with :meth:`let`."""
-        if name not in self._params:
-            self._params[name] = self.b.load_param(name)
-        return self._params[name]
-
-    def branch(self, **changes) -> "Ctx":
-        """A copy for code on one control-flow path: what it loads or lets stays on that path (a
-        register loaded on one path and read on another would be read uninitialised)."""
-        return Ctx(**{**self.__dict__, "_params": dict(self._params), **changes})
-
-    def let(self, **values: Reg) -> None:
-        """Name registers computed once (e.g. in ``comm_tasks``) for the role functions to read."""
-        self._params.update(values)
+    @property
+    def p(self) -> Params:
+        return Params(self.b)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class Template:
     tensor_maps: tuple[TensorMapTable, ...] = ()
     buffers: tuple[Buffer, ...] = ()            # static .shared (48 KB at most in all)
     dynamic_buffers: tuple[Buffer, ...] = ()    # carved, in order, from the dynamic window
+    comm_buffers: tuple[Buffer, ...] = ()       # carved from the window's start too: for communicator blocks
     rings: tuple[Ring, ...] = ()
     consumers: int = 2                   # consumer warpgroups per compute block
     producer_regs: int = 40
@@ -108,13 +116,16 @@ class Template:
 
     @property
     def dynamic_smem(self) -> int:
-        """Bytes of dynamic shared memory the carving needs, with the slack for aligning the window."""
-        return self._carve()[-1][0] + WINDOW_SLACK if self.dynamic_buffers else 0
+        """Bytes of dynamic shared memory the carvings need, with the slack for aligning the window. A
+        block is a compute block or a communicator, so the two sides' buffers share the window."""
+        ends = [self._carve(side)[-1][0] for side in (self.dynamic_buffers, self.comm_buffers) if side]
+        return max(ends) + WINDOW_SLACK if ends else 0
 
-    def _carve(self) -> list[tuple[int, int]]:
-        """(end offset, start offset) of each dynamic buffer."""
+    @staticmethod
+    def _carve(buffers) -> list[tuple[int, int]]:
+        """(end offset, start offset) of each buffer, in order from the window's start."""
         out, cursor = [], 0
-        for buf in self.dynamic_buffers:
+        for buf in buffers:
             start = -(-cursor // buf.align) * buf.align
             cursor = start + buf.nbytes
             out.append((cursor, start))
@@ -171,7 +182,7 @@ class Template:
         ctx = self._context(k, b)
         if prologue:
             prologue(ctx)
-        block, nblocks, ncomm = ctx.ticket, b.special("nctaid.x"), ctx.param("num_comm_sms")
+        block, nblocks, ncomm = ctx.ticket, b.special("nctaid.x"), ctx.p.num_comm_sms
         workers = b.sub(u32, nblocks, ncomm, name="compute_workers")
         if self.comm_first:
             is_comm = b.setp("lt", u32, block, ncomm, name="is_comm")
@@ -182,16 +193,14 @@ class Template:
         with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
             with comm_arm:
                 if communicator is not None:
-                    cctx = ctx.branch()
-                    worker, stride = comm_worker, cctx.param("num_comm_sms")
+                    worker, stride = comm_worker, ncomm
                     if rank_major_comm:
-                        worker = b.mad(u32, worker, cctx.world, cctx.rank, mode="lo", name="comm_first")
-                        stride = b.mul(u32, stride, cctx.world, mode="lo", name="comm_stride")
-                    self._walk(cctx, worker, stride, comm_tasks(cctx), communicator, cctx.tid, self.threads)
+                        worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
+                        stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
+                    self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
             with compute_arm:
                 if has_compute:
-                    pctx = ctx.branch()
-                    self._compute(pctx, compute_worker, workers, num_tasks(pctx), loader, consumer, storer)
+                    self._compute(ctx, compute_worker, workers, num_tasks(ctx), loader, consumer, storer)
         b.bar_sync(0)
         if epilogue:
             epilogue(ctx)
@@ -209,13 +218,16 @@ class Template:
         tmaps = {t.name: t.bind(b) for t in self.tensor_maps}
         smem = {buf.name: b.mov(u32, k.shared(buf.name, buf.nbytes, buf.align), name=buf.name)
                 for buf in self.buffers}
-        if self.dynamic_buffers:
+        if self.dynamic_buffers or self.comm_buffers:
             # The window's start is only 16-byte aligned in practice; round up at run time (the kernel
             # asks for WINDOW_SLACK extra bytes) so 128-byte-swizzled TMA tiles land 1024-aligned.
             raw = b.mov(u32, k.dynamic_shared(align=16), name="dynamic_raw")
             window = b.and_(b32, b.add(u32, raw, WINDOW_SLACK - 1), -WINDOW_SLACK & 0xFFFFFFFF, name="dynamic_smem")
-            for buf, (_, start) in zip(self.dynamic_buffers, self._carve()):
-                smem[buf.name] = b.add(u32, window, start, name=buf.name)
+            for side in (self.dynamic_buffers, self.comm_buffers):
+                for buf, (_, start) in zip(side, self._carve(side)):
+                    if buf.name in smem:
+                        raise PTXBuildError(f"{self.name}: shared buffer {buf.name!r} is declared twice")
+                    smem[buf.name] = b.add(u32, window, start, name=buf.name)
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
                  for r in self.rings}
         tid = b.special("tid.x")
@@ -237,7 +249,7 @@ class Template:
         """``for task in range(first, num_tasks, stride): role(ctx, task)`` with register bounds."""
         b = ctx.b
         task = b.mov(u32, first, name="task")
-        sub = ctx.branch(role_tid=role_tid, role_threads=role_threads)
+        sub = replace(ctx, role_tid=role_tid, role_threads=role_threads)
         with b.loop("tasks") as lp:
             lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
             role(sub, task)

@@ -142,24 +142,22 @@ def build_runs(name: str, layouts, move, *, width: int, threads: int, multicast:
 
     def comm_tasks(ctx):
         b = ctx.b
-        for p in PARAMS:            # loaded once, before the task loop
-            ctx.param(p.name)
-        return b.div(u32, b.add(u32, ctx.param("units"), threads - 1), threads, name="ntasks")
+        return b.div(u32, b.add(u32, ctx.p.units, threads - 1), threads, name="ntasks")
 
     def communicator(ctx, task):
         b = ctx.b
         unit = b.mad(u32, task, threads, ctx.role_tid, mode="lo", name="unit")
-        with b.if_then(b.setp("lt", u32, unit, ctx.param("units"))):
-            row = b.div(u32, unit, ctx.param("run"), name="row")
-            j = b.sub(u32, unit, b.mul(u32, row, ctx.param("run"), mode="lo"), name="j")
-            hi = b.div(u32, row, ctx.param("rows_lo"), name="hi")
-            lo = b.sub(u32, row, b.mul(u32, hi, ctx.param("rows_lo"), mode="lo"), name="lo")
+        with b.if_then(b.setp("lt", u32, unit, ctx.p.units)):
+            row = b.div(u32, unit, ctx.p.run, name="row")
+            j = b.sub(u32, unit, b.mul(u32, row, ctx.p.run, mode="lo"), name="j")
+            hi = b.div(u32, row, ctx.p.rows_lo, name="hi")
+            lo = b.sub(u32, row, b.mul(u32, hi, ctx.p.rows_lo, mode="lo"), name="lo")
             hi, lo, at = (b.cvt(u64, u32, hi), b.cvt(u64, u32, lo), b.mul(u32, j, width, mode="wide"))
 
             def offset(side):
-                base = b.add(u64, at, ctx.param(f"{side}_base"))
-                return b.mad(u64, hi, ctx.param(f"{side}_hi"),
-                             b.mad(u64, lo, ctx.param(f"{side}_lo"), base, mode="lo"), mode="lo", name=side)
+                base = b.add(u64, at, ctx.p[f"{side}_base"])
+                return b.mad(u64, hi, ctx.p[f"{side}_hi"],
+                             b.mad(u64, lo, ctx.p[f"{side}_lo"], base, mode="lo"), mode="lo", name=side)
 
             move(ctx, offset("src"), offset("dst"))
 

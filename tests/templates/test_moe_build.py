@@ -75,17 +75,19 @@ def walk_kernel(cfg: grouped_gemm.Config):
     t = Template("grouped_walk", params=WALK_PARAMS, buffers=(Buffer("group_tiles", cfg.table_bytes, 16),),
                  comm_threads=64, progress=False)
 
+    tiles_m = None
+
     def comm_tasks(ctx):
-        b = ctx.b
-        grouped_gemm.group_table(ctx, cfg)
-        return b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo")
+        nonlocal tiles_m
+        tiles_m = grouped_gemm.group_table(ctx, cfg)
+        return ctx.b.mul(u32, tiles_m, ctx.p.tiles_n, mode="lo")
 
     def communicator(ctx, task):
         b = ctx.b
-        tm, tn = grouped_gemm.locate_tile(ctx, cfg, task)
+        t = grouped_gemm.locate_tile(ctx, cfg, task, tiles_m)
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0)):
-            at = b.mad(u64, b.cvt(u64, u32, task), 20, ctx.param("result"), mode="lo")
-            for i, v in enumerate((tm, tn, ctx.param("group"), ctx.param("row0"), ctx.param("row_end"))):
+            at = b.mad(u64, b.cvt(u64, u32, task), 20, ctx.p.result, mode="lo")
+            for i, v in enumerate((t.tm, t.tn, t.group, t.row0, t.row_end)):
                 b.st(u32, address(at, 4 * i), v, space="global")
 
     return t.build(comm_tasks=comm_tasks, communicator=communicator)

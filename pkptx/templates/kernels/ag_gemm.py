@@ -10,15 +10,17 @@ same on every rank), so it is never reset and a graph replay waits for its own r
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...isa import Param, Scope, Sem, address, u32, u64
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, stamp, wait
 from ..progress import FLAGS, close_barrier
 from ..gemm_parts import tile_of
+from ..lcsc import Buffer, Ring
 from . import gemm
 
 A, READY = ParallelLayout("a"), ParallelLayout("ready")
@@ -36,37 +38,41 @@ def build(cfg: Config = Config()):
                       params=(gemm.C_PARAM, Param("rows_per_rank", u32),
                               Param("row_bytes", u32)),
                       layouts=(A, READY, FLAGS), comm_first=True)   # compute blocks wait on the pushers
+    t = replace(t, comm_buffers=(Buffer("push_chunk", CHUNK, 128),), rings=t.rings + (Ring("chunk_in", 1, 1),))
+    phase = None          # the communicator's count of chunks through its buffer
 
     def own_rows_first(ctx, task):
         """The grouped order, rotated so this rank's row blocks come first."""
         b = ctx.b
         tm, tn = tile_of(ctx, task, g.group_m)
-        shift = b.mul(u32, b.div(u32, ctx.param("rows_per_rank"), g.tile_m), ctx.rank, mode="lo", name="own")
-        return b.rem(u32, b.add(u32, tm, shift), ctx.param("tiles_m"), name="tile_m_rot"), tn
+        shift = b.mul(u32, b.div(u32, ctx.p.rows_per_rank, g.tile_m), ctx.rank, mode="lo", name="own")
+        return b.rem(u32, b.add(u32, tm, shift), ctx.p.tiles_m, name="tile_m_rot"), tn
 
     def await_rows(ctx, tm):
         """A peer's row block: wait until its owner has pushed it here, then order the acquire before
         the TMA (async-proxy) reads of it."""
         b = ctx.b
-        owner = b.div(u32, b.mul(u32, tm, g.tile_m, mode="lo"), ctx.param("rows_per_rank"), name="row_owner")
+        owner = b.div(u32, b.mul(u32, tm, g.tile_m, mode="lo"), ctx.p.rows_per_rank, name="row_owner")
         with b.if_then(b.setp("ne", u32, owner, ctx.rank, name="remote_rows")):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, tm), ctx.epoch, sem=Sem.ACQUIRE,
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=tm, peer=owner)
             b.fence_proxy_async("global")
 
     def comm_tasks(ctx):
-        return ctx.b.div(u32, ctx.param("rows_per_rank"), g.tile_m, name="own_blocks")
+        nonlocal phase
+        phase = ctx.b.mov(u32, 0, name="chunk_phase")
+        return ctx.b.div(u32, ctx.p.rows_per_rank, g.tile_m, name="own_blocks")
 
     def push_rows(ctx, task):
         """Copy one of this rank's row blocks to every peer, chunk by chunk, then raise its flag there."""
         b = ctx.b
         with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="pusher")):
-            tm = b.add(u32, b.div(u32, b.mul(u32, ctx.rank, ctx.param("rows_per_rank"), mode="lo"), g.tile_m),
+            tm = b.add(u32, b.div(u32, b.mul(u32, ctx.rank, ctx.p.rows_per_rank, mode="lo"), g.tile_m),
                        task, name="push_block")
-            block_bytes = b.mul(u32, ctx.param("row_bytes"), g.tile_m, mode="lo", name="block_bytes")
+            block_bytes = b.mul(u32, ctx.p.row_bytes, g.tile_m, mode="lo", name="block_bytes")
             first = b.mul(u32, tm, block_bytes, mode="wide", name="block_offset")
             local = b.add(u64, ctx.layouts["a"].peer(b, ctx.rank), first, name="block_src")
-            pipe, buf = gemm.comm_bounce(ctx)
+            pipe, buf = Pipeline.bounce(ctx.rings["chunk_in"].bar(b, 0), phase=phase), ctx.smem["push_chunk"]
             for done in b.range(0, block_bytes, CHUNK, name="chunk"):
                 size = b.min(u32, b.sub(u32, block_bytes, done), CHUNK, name="chunk_bytes")
                 pipe.acquire(b)                          # the last chunk has left shared memory

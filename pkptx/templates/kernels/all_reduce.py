@@ -44,23 +44,25 @@ def build(cfg: Config):
 
     def span(ctx):
         """[first, end) vectors this rank reduces."""
-        b, n = ctx.b, ctx.param("n_vec")
+        b, n = ctx.b, ctx.p.n_vec
         if not two_shot:
             return b.mov(u32, 0), n
         per = b.div(u32, b.add(u32, n, b.sub(u32, ctx.world, 1)), ctx.world, name="per_rank")
         first = b.mul(u32, per, ctx.rank, mode="lo", name="first")
         return first, b.min(u32, b.add(u32, first, per), n, name="end")
 
+    first = end = None          # the span, made before the task loop
+
     def comm_tasks(ctx):
+        nonlocal first, end
         b = ctx.b
         first, end = span(ctx)
-        ctx.let(first=first, end=end)
         return b.div(u32, b.add(u32, b.sub(u32, end, first), cfg.threads - 1), cfg.threads, name="ntasks")
 
     def communicator(ctx, task):
         b = ctx.b
-        v = b.add(u32, ctx.param("first"), b.mad(u32, task, cfg.threads, ctx.role_tid, mode="lo"), name="vec")
-        with b.if_then(b.setp("lt", u32, v, ctx.param("end"))):
+        v = b.add(u32, first, b.mad(u32, task, cfg.threads, ctx.role_tid, mode="lo"), name="vec")
+        with b.if_then(b.setp("lt", u32, v, end)):
             (all_reduce if two_shot else reduce)(b, ctx.layouts["src"], b.mul(u32, v, 16, mode="wide"), ty=cfg.dtype,
                                                  op=cfg.op, world=ctx.world, rank=ctx.rank, multicast=cfg.multicast,
                                                  dst=ctx.layouts["dst"])

@@ -71,7 +71,7 @@ def build(cfg: Config):
     def push(ctx, src, dst):
         b, mine = ctx.b, ctx.layouts["src"].peer(ctx.b, ctx.rank, name="input")
         for d in peers(b, ctx.rank, ctx.world):
-            chunk = b.mad(u64, b.cvt(u64, u32, d), ctx.param("src_peer"), src, mode="lo", name="chunk")
+            chunk = b.mad(u64, b.cvt(u64, u32, d), ctx.p.src_peer, src, mode="lo", name="chunk")
             words = load_unit(b, b.add(u64, mine, chunk), cfg.width)
             store_unit(b, b.add(u64, ctx.layouts["dst"].peer(b, d), dst), words, cfg.width)
 

@@ -150,7 +150,7 @@ class Plan:
     run of keys, the whole K/V of the (batch, head)."""
 
     def tasks(self, ctx):
-        return ctx.param("tasks")
+        return ctx.p.tasks
 
     def consumer_deadline(self, ctx):
         """The budget of the consumers' waits for the loader."""
@@ -160,15 +160,15 @@ class Plan:
         """The last query block first: with ``by_query_block`` the tasks of one query block (over every
         batch and head) are adjacent, else those of one (batch, head)."""
         b = ctx.b
-        q_blocks, heads = ctx.param("q_blocks"), ctx.param("heads")
-        by_block = b.setp("ne", u32, ctx.param("by_query_block"), 0, name="by_query_block")
-        heads_total = b.div(u32, ctx.param("tasks"), q_blocks, name="heads_total")
+        q_blocks, heads = ctx.p.q_blocks, ctx.p.heads
+        by_block = b.setp("ne", u32, ctx.p.by_query_block, 0, name="by_query_block")
+        heads_total = b.div(u32, ctx.p.tasks, q_blocks, name="heads_total")
         inner_count = b.selp(u32, heads_total, q_blocks, by_block, name="inner_count")
         outer, inner = b.div(u32, task, inner_count, name="outer"), b.rem(u32, task, inner_count, name="inner")
         bh = b.selp(u32, inner, outer, by_block, name="bh")
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.selp(u32, outer, inner, by_block), name="qb")
         batch, head = b.div(u32, bh, heads, name="batch"), b.rem(u32, bh, heads, name="head")
-        seq_q = ctx.param("seq_q")
+        seq_q = ctx.p.seq_q
         return Task(batch, head, qb, seq_q, lambda col, row: (col, head, row, batch),
                     lambda row: b.mad(u32, b.mad(u32, batch, heads, head, mode="lo"), seq_q, row, mode="lo",
                                       name="lse_index"))
@@ -176,11 +176,11 @@ class Plan:
     def keys(self, ctx, t: Task, body: Callable[[Keys], None], *, loader: bool) -> None:
         b = ctx.b
         if not loader:
-            body(Keys(ctx.param("seq_k"), ctx.param("diag")))
+            body(Keys(ctx.p.seq_k, ctx.p.diag))
             return
-        kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
+        kv_head = b.div(u32, t.head, ctx.p.group, name="kv_head")
         maps = {x: tensor_map_param(b, f"tmap_{x}") for x in "kv"}
-        body(Keys(ctx.param("seq_k"), ctx.param("diag"), maps.__getitem__,
+        body(Keys(ctx.p.seq_k, ctx.p.diag, maps.__getitem__,
                   lambda col, key: (col, kv_head, key, t.batch)))
 
 
@@ -191,12 +191,6 @@ def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
     last = b.max(s32, b.add(s32, end, keys.diag), 0, name="keys_end")
     last = b.min(s32, last, keys.seq_k, name="keys_end")
     return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
-
-
-def pipelines(ctx):
-    """The Q ring (counted by ``tq``) and the K/V ring (full rings K and V, one empty; counted by ``it``)."""
-    return (Pipeline((ctx.rings["q_full"],), ctx.rings["q_empty"], uses=ctx.param("tq")),
-            Pipeline((ctx.rings["k_full"], ctx.rings["v_full"]), ctx.rings["kv_empty"], uses=ctx.param("it")))
 
 
 @dataclass(frozen=True)
@@ -233,8 +227,16 @@ class Turns:
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
+    q_uses = kv_uses = None        # the rings' counters (every role thread its own), made by the prologue
+
+    def pipelines(ctx):
+        """The Q ring (counted by ``tq``) and the K/V ring (full rings K and V, one empty; counted by ``it``)."""
+        return (Pipeline((ctx.rings["q_full"],), ctx.rings["q_empty"], uses=q_uses),
+                Pipeline((ctx.rings["k_full"], ctx.rings["v_full"]), ctx.rings["kv_empty"], uses=kv_uses))
+
     def prologue(ctx):
-        ctx.let(it=ctx.b.mov(u32, 0, name="it"), tq=ctx.b.mov(u32, 0, name="tq"))
+        nonlocal q_uses, kv_uses
+        kv_uses, q_uses = ctx.b.mov(u32, 0, name="it"), ctx.b.mov(u32, 0, name="tq")
         if cfg.pingpong:
             Turns.start(ctx.b, cfg.consumers, ctx.tid)
 
@@ -301,7 +303,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         o_acc = b.regs(f32, cfg.head_dim // 2, name="o")
         for o in o_acc:
             b.mov(f32, 0.0, into=o)
-        scale_log2 = ctx.param("scale_log2")
+        scale_log2 = ctx.p.scale_log2
         turns = Turns.of(b, cfg.consumers, wg) if cfg.pingpong else None
 
         @contextmanager
@@ -329,7 +331,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
         def values(p_regs):
             """Issue O += P·V for the V block in ring slot ``it``; returns the slot."""
-            slot, v_tile = ring_slot("smem_v", ctx.param("it"))
+            slot, v_tile = ring_slot("smem_v", kv_uses)
             kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=1, name="wait_v")
             with in_turn():
                 pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
@@ -363,7 +365,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             if not cfg.overlap:
                 for j in b.range(0, blocks, name="kv"):
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                    scores(s_acc, ctx.param("it"))
+                    scores(s_acc, kv_uses)
                     b.wgmma_wait_group(0)
                     rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
                     slot = values(p_operand(b, s_acc, cfg.block_k, cfg.dtype))
@@ -373,13 +375,13 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
                 s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                scores(s_acc, ctx.param("it"))
+                scores(s_acc, kv_uses)
                 b.wgmma_wait_group(0)
                 rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
                 p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
                 for j in b.range(1, blocks, name="kv"):
                     s_next = b.regs(f32, cfg.block_k // 2, name="s")
-                    scores(s_next, b.add(u32, ctx.param("it"), 1, name="it_next"))
+                    scores(s_next, b.add(u32, kv_uses, 1, name="it_next"))
                     slot = values(p_regs)
                     b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
                     corrections = softmax(j, s_next)
@@ -403,7 +405,7 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
     """O / l through the warpgroup's staging buffer to a TMA store (rows past the tensor are clipped), and
     LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null."""
     b = ctx.b
-    lse = ctx.param("lse") if t.lse_ptr is None else t.lse_ptr
+    lse = ctx.p.lse if t.lse_ptr is None else t.lse_ptr
     want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
     lane_first = b.setp("eq", u32, frag_col, 0, name="quad_first")
     out = list(o_acc)

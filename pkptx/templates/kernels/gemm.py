@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, address, b8, f32, u32, u64
+from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
 from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
@@ -107,22 +107,25 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
 
-def pipeline(ctx) -> Pipeline:
-    """The k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp), counted by ``it``."""
-    return Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=ctx.param("it"))
+@dataclass
+class Loop:
+    """The registers the GEMM's prologue makes for its roles (and a kernel that composes them): ``it``
+    counts k-blocks through the stage ring (its stage and phase), ``k_blocks`` is ceil(K / TILE_K),
+    ``tiles_m`` the tile rows (the parameter, or what the composing kernel's prologue counts)."""
+    it: Reg | None = None
+    k_blocks: Reg | None = None
+    tiles_m: Reg | None = None
+
+    def pipeline(self, ctx) -> Pipeline:
+        """The k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp)."""
+        return Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=self.it)
 
 
-def comm_bounce(ctx):
-    """For a communicator block (no compute role runs there): a bounce pipeline on stage 0's full barrier, its phase
-    bit the idle ``it``, and the stage buffers from their start (``stages * (a_bytes + b_bytes)`` bytes)."""
-    return Pipeline.bounce(ctx.rings["full"].bar(ctx.b, 0), phase=ctx.param("it")), ctx.smem["smem_a"]
-
-
-def load_k_block(ctx, cfg: Config, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
+def load_k_block(ctx, cfg: Config, loop: Loop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
     """The loader lane's work for k-block ``kb``: wait for a free stage, announce its bytes, TMA-load A's
     rows from ``row`` and B's from ``col`` (``b_extra``: B's further coordinates, e.g. the expert of a
     grouped GEMM), then advance the ring."""
-    b, pipe = ctx.b, pipeline(ctx)
+    b, pipe = ctx.b, loop.pipeline(ctx)
     stage = pipe.acquire(b, deadline=ctx.deadline).stage
     full = pipe.commit(b, cfg.a_bytes + cfg.b_bytes, stage=stage)
     k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
@@ -138,27 +141,30 @@ def load_k_block(ctx, cfg: Config, kb, tmap_a, tmap_b, row, col, *b_extra) -> No
     pipe.advance(b)
 
 
-def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
+def roles(cfg: Config, *, store, tile=None, before_a=None, loop: Loop | None = None) -> dict:
     """The GEMM's roles for ``Template.build``. Hooks for the fused kernels: ``tile(ctx, task)`` gives
     (tile_m, tile_n) (default: the grouped order), ``before_a(ctx, tile_m)`` runs on the loader lane
     before a tile's A rows are loaded (e.g. wait for them to arrive), ``store(ctx, acc, tm, tn, wg,
     staging)`` disposes of a warpgroup's finished 64 rows. With ``cfg.split_k`` a task is a (tile, K
-    slice) unit and ``store`` runs only on the warpgroup that finishes the slab."""
+    slice) unit and ``store`` runs only on the warpgroup that finishes the slab. ``loop``: where the
+    prologue puts its registers, for a kernel that reads them too."""
+    loop = loop or Loop()
     tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
 
     def unit(ctx, task):
         """(tile row, tile column, first k-block, end k-block, tile index, K slice) of a task."""
         b = ctx.b
         if not cfg.split_k:
-            return (*tile(ctx, task), 0, ctx.param("k_blocks"), task, None)
-        tile_index, k_slice = slice_of(b, task, ctx.param("splits"))
-        return (*tile(ctx, tile_index), *k_range(b, k_slice, ctx.param("splits"), ctx.param("k_blocks")),
+            return (*tile(ctx, task), 0, loop.k_blocks, task, None)
+        tile_index, k_slice = slice_of(b, task, ctx.p.splits)
+        return (*tile(ctx, tile_index), *k_range(b, k_slice, ctx.p.splits, loop.k_blocks),
                 tile_index, k_slice)
 
     def prologue(ctx):
         b = ctx.b
-        ctx.let(it=b.mov(u32, 0, name="it"),
-                k_blocks=b.div(u32, b.add(u32, ctx.param("k"), TILE_K - 1), TILE_K, name="k_blocks"))
+        loop.it = b.mov(u32, 0, name="it")
+        loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
+        loop.tiles_m = ctx.p.tiles_m
 
     def loader(ctx, task):
         """One lane walks the unit's k-blocks: wait for a free stage, announce its bytes, issue the loads."""
@@ -170,7 +176,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
             tmap_a, tmap_b = tensor_map_param(b, "tmap_a"), tensor_map_param(b, "tmap_b")
             row, col = b.mul(u32, tm, cfg.tile_m, mode="lo"), b.mul(u32, tn, cfg.tile_n, mode="lo")
             for kb in b.range(kb_first, kb_end, name="kb"):
-                load_k_block(ctx, cfg, kb, tmap_a, tmap_b, row, col)
+                load_k_block(ctx, cfg, loop, kb, tmap_a, tmap_b, row, col)
 
     def consumer(ctx, task):
         """Each warpgroup multiplies its 64 rows of the tile over the unit's k-blocks, then stores them
@@ -180,7 +186,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         acc = b.regs(f32, cfg.tile_n // 2, name="acc")
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
-        pipe = pipeline(ctx)
+        pipe = loop.pipeline(ctx)
         for kb in b.range(kb_first, kb_end, name="kb"):
             stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
             a_tile = b.mad(u32, stage, cfg.a_bytes, b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo"),
@@ -202,15 +208,15 @@ def roles(cfg: Config, *, store, tile=None, before_a=None) -> dict:
         wg_tid = b.and_("b32", ctx.role_tid, 127, name="split_tid")
         finished = reduce_slab(
             b, acc, tile_n=cfg.tile_n, slab=b.mad(u32, tile_index, cfg.consumers, wg, mode="lo", name="slab"),
-            k_slice=k_slice, splits=ctx.param("splits"), workspace=ctx.param("split_ws"),
-            tickets=ctx.param("split_tickets"), wg_tid=wg_tid, barrier_id=b.add(u32, wg, 1, name="split_barrier"),
+            k_slice=k_slice, splits=ctx.p.splits, workspace=ctx.p.split_ws,
+            tickets=ctx.p.split_tickets, wg_tid=wg_tid, barrier_id=b.add(u32, wg, 1, name="split_barrier"),
             ticket_smem=b.mad(u32, wg, 4, ctx.smem["split_ticket"], mode="lo", name="ticket_word"))
         with b.if_then(finished, uniform=True):
             store(ctx, acc, tm, tn, wg, staging)
 
     def num_tasks(ctx):
-        tiles = ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo", name="tiles")
-        return ctx.b.mul(u32, tiles, ctx.param("splits"), mode="lo", name="units") if cfg.split_k else tiles
+        tiles = ctx.b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
+        return ctx.b.mul(u32, tiles, ctx.p.splits, mode="lo", name="units") if cfg.split_k else tiles
 
     return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
 
@@ -242,8 +248,8 @@ def store_direct(cfg: Config):
         b = ctx.b
         row, col = slab_origin(ctx, cfg, tm, tn, wg)
         store_fragments(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n,
-                        out_type=cfg.out_dtype, c_ptr=ctx.param("c"), row0=row, col0=col, rows=ctx.param("m"),
-                        cols=ctx.param("n"))
+                        out_type=cfg.out_dtype, c_ptr=ctx.p.c, row0=row, col0=col, rows=ctx.p.m,
+                        cols=ctx.p.n)
     return store
 
 

@@ -57,7 +57,7 @@ def build(cfg: Config = Config()):
         store_local(ctx, acc, tm, tn, wg, staging)
         with b.if_then(b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="slab_leader")):
             publish_async_writes(b)
-            tile = b.mad(u32, tm, ctx.param("tiles_n"), tn, mode="lo", name="tile_id")
+            tile = b.mad(u32, tm, ctx.p.tiles_n, tn, mode="lo", name="tile_id")
             owner = b.rem(u32, tile, ctx.world, name="tile_owner")
             slot = b.mad(u32, b.mad(u32, tile, ctx.world, ctx.rank, mode="lo"), g.consumers, wg, mode="lo",
                          name="done_slot")
@@ -68,7 +68,7 @@ def build(cfg: Config = Config()):
         compute side finishes soon; for an owned tile, wait for every rank's slabs, then all-reduce it."""
         b = ctx.b
         tm, tn = tile_of(ctx, task, g.group_m)
-        tile = b.mad(u32, tm, ctx.param("tiles_n"), tn, mode="lo", name="ar_tile")
+        tile = b.mad(u32, tm, ctx.p.tiles_n, tn, mode="lo", name="ar_tile")
         with b.if_then(b.setp("eq", u32, b.rem(u32, tile, ctx.world), ctx.rank, name="owned"), uniform=True):
             with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
                 first = b.mul(u32, tile, b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo", name="tile_slots")
@@ -77,8 +77,8 @@ def build(cfg: Config = Config()):
             b.bar_sync(0)
             row0 = b.mul(u32, tm, g.tile_m, mode="lo", name="ar_row0")
             col0 = b.mul(u32, tn, g.tile_n, mode="lo", name="ar_col0")
-            full = b.setp("le", u32, b.add(u32, row0, g.tile_m), ctx.param("m"), combine="and",
-                          c=b.setp("le", u32, b.add(u32, col0, g.tile_n), ctx.param("n")), name="full_tile")
+            full = b.setp("le", u32, b.add(u32, row0, g.tile_m), ctx.p.m, combine="and",
+                          c=b.setp("le", u32, b.add(u32, col0, g.tile_n), ctx.p.n), name="full_tile")
             with b.if_else(full, uniform=True) as (inner, edge):
                 with inner:
                     reduce_full_tile(ctx, row0, col0)
@@ -91,7 +91,7 @@ def build(cfg: Config = Config()):
         b = ctx.b
         row = b.add(u32, row0, b.div(u32, v, vec_per_row), name="ar_row")
         col = b.mad(u32, b.rem(u32, v, vec_per_row), 16 // out_bytes, col0, mode="lo", name="ar_col")
-        offset = b.mul(u64, b.mad(u64, b.cvt(u64, u32, row), b.cvt(u64, u32, ctx.param("n")), b.cvt(u64, u32, col),
+        offset = b.mul(u64, b.mad(u64, b.cvt(u64, u32, row), b.cvt(u64, u32, ctx.p.n), b.cvt(u64, u32, col),
                                   mode="lo"), out_bytes, mode="lo", name="ar_off")
         return offset, row, col
 
@@ -112,8 +112,8 @@ def build(cfg: Config = Config()):
         b = ctx.b
         for v in b.range(ctx.tid, g.tile_m * vec_per_row, t.threads, name="v"):
             offset, row, col = element_offset(ctx, row0, col0, v)
-            inside = b.setp("lt", u32, col, ctx.param("n"), combine="and",
-                            c=b.setp("lt", u32, row, ctx.param("m")), name="in_c")
+            inside = b.setp("lt", u32, col, ctx.p.n, combine="and",
+                            c=b.setp("lt", u32, row, ctx.p.m), name="in_c")
             with b.if_then(inside):
                 all_reduce(b, ctx.layouts["c"], offset, ty=g.out_dtype, op="sum", world=ctx.world, rank=ctx.rank,
                            multicast=cfg.multicast)
@@ -123,7 +123,7 @@ def build(cfg: Config = Config()):
     def epilogue(ctx):
         close_barrier(ctx, 1, multicast=cfg.multicast)     # every owner has written every reduced tile
 
-    return t.build(**parts, comm_tasks=lambda ctx: ctx.b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"),
+    return t.build(**parts, comm_tasks=lambda ctx: ctx.b.mul(u32, ctx.p.tiles_m, ctx.p.tiles_n,
                                                              mode="lo"),
                    communicator=reduce_tile, epilogue=epilogue)
 

@@ -42,7 +42,7 @@ def build(cfg: Config = Config()):
     def staggered(ctx, task):
         """Rank r starts 1/W of the way into the tile list (and wraps)."""
         b = ctx.b
-        tiles = b.mul(u32, ctx.param("tiles_m"), ctx.param("tiles_n"), mode="lo", name="tiles")
+        tiles = b.mul(u32, ctx.p.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
         shift = b.mul(u32, b.div(u32, tiles, ctx.world), ctx.rank, mode="lo", name="stagger")
         return tile_of(ctx, b.rem(u32, b.add(u32, task, shift), tiles), g.group_m)
 
@@ -50,8 +50,8 @@ def build(cfg: Config = Config()):
         """TMA-add the slab into the owner's rows of C."""
         b = ctx.b
         row, col = gemm.slab_origin(ctx, g, tm, tn, wg)
-        owner = b.div(u32, row, ctx.param("rows_per_rank"), name="owner")
-        local_row = b.sub(u32, row, b.mul(u32, owner, ctx.param("rows_per_rank"), mode="lo"), name="owner_row")
+        owner = b.div(u32, row, ctx.p.rows_per_rank, name="owner")
+        local_row = b.sub(u32, row, b.mul(u32, owner, ctx.p.rows_per_rank, mode="lo"), name="owner_row")
         tmap = ctx.tmaps["c"].of(b, owner)
         stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
                            issue=lambda sub, offset: store_add_async(b, tmap, (b.add(u32, col, offset), local_row),

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, address, b32, f32, s32, u32, u64
+from ...isa import Param, Reg, address, b32, f32, s32, u32, u64
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
 from ..gemm_parts import tile_of
@@ -77,9 +77,9 @@ class Config:
                 f"_g{self.max_groups}")
 
 
-def group_table(ctx, cfg: Config) -> None:
+def group_table(ctx, cfg: Config):
     """Warp 0 writes ``table[g] = sum over h < g of ceil(rows_h / tile_m)`` for g = 0..groups into
-    shared memory (then ``bar.sync 0``), and lets ``tiles_m`` = the total, capped by the host's bound.
+    shared memory (then ``bar.sync 0``); returns the total tile rows, capped by the host's bound.
 
     Per step of 32 groups: each lane loads its group's end and start (``ld.global.nc``: offsets are
     inputs, final before the launch), clamps them, counts tiles, and a 5-step ``shfl.sync.up`` scan
@@ -89,9 +89,7 @@ def group_table(ctx, cfg: Config) -> None:
     """
     b = ctx.b
     table = ctx.smem["group_tiles"]
-    for name in ("rows", "offsets"):      # loaded by every thread, before the scan's branch reads them
-        ctx.param(name)
-    groups = ctx.param("groups")
+    groups = ctx.p.groups
     lane = b.and_(b32, ctx.tid, 31, name="scan_lane")
     with b.if_then(b.setp("lt", u32, ctx.tid, 32, name="scan_warp"), uniform=True):
         b.st(u32, address(table), 0, space="shared", pred=b.setp("eq", u32, ctx.tid, 0))
@@ -112,14 +110,14 @@ def group_table(ctx, cfg: Config) -> None:
         b.fence_proxy_async("shared::cta")     # generic shared writes before the block's TMA use of shared memory
     b.bar_sync(0)
     last = b.mad(u32, groups, 4, table, mode="lo", name="table_last")
-    ctx.let(tiles_m=b.min(u32, b.ld(u32, address(last), space="shared", name="tiles_total"), ctx.param("tiles_m")))
+    return b.min(u32, b.ld(u32, address(last), space="shared", name="tiles_total"), ctx.p.tiles_m)
 
 
 def group_bounds(ctx, g, inside):
     """(start, end) rows of group ``g`` (0, 0 where ``inside`` is false): ``offsets[g-1]`` and
     ``offsets[g]`` clamped to ``[0, rows]``, end at least start."""
     b = ctx.b
-    rows, offsets = ctx.param("rows"), ctx.param("offsets")
+    rows, offsets = ctx.p.rows, ctx.p.offsets
     end_addr = b.mad(u64, b.cvt(u64, u32, g), 4, offsets, mode="lo", name="end_addr")
     end = b.mov(s32, 0, name="group_end")
     start = b.mov(s32, 0, name="group_start")
@@ -131,13 +129,24 @@ def group_bounds(ctx, g, inside):
     return start, b.max(u32, clamp(end), start, name="group_end_rows")
 
 
-def locate_tile(ctx, cfg: Config, task):
-    """The tile's (tile row, tile column) in the grouped order, and into ``ctx``: ``group``, ``row0``
-    (its first row), ``row_end`` (its group's end). Binary search for the last g with table[g] <= tile row."""
+@dataclass(frozen=True)
+class GroupTile:
+    """A tile of the grouped order: (tile row, tile column), its group, its first row and its group's
+    end row."""
+    tm: Reg
+    tn: Reg
+    group: Reg
+    row0: Reg
+    row_end: Reg
+
+
+def locate_tile(ctx, cfg: Config, task, tiles_m) -> GroupTile:
+    """Task ``task``'s tile of the grouped order over ``tiles_m`` tile rows: binary search for the last g
+    with table[g] <= tile row."""
     b = ctx.b
-    tm, tn = tile_of(ctx, task, cfg.gemm.group_m)
+    tm, tn = tile_of(ctx, task, cfg.gemm.group_m, tiles_m)
     table = ctx.smem["group_tiles"]
-    lo, hi = b.mov(u32, 0, name="search_lo"), b.mov(u32, ctx.param("groups"), name="search_hi")
+    lo, hi = b.mov(u32, 0, name="search_lo"), b.mov(u32, ctx.p.groups, name="search_hi")
     with b.loop("search") as lp:
         lp.break_if(b.setp("le", u32, b.sub(u32, hi, lo), 1, name="found"))
         mid = b.shr(u32, b.add(u32, lo, hi), 1, name="search_mid")
@@ -148,60 +157,59 @@ def locate_tile(ctx, cfg: Config, task):
     first_tile = b.ld(u32, address(b.mad(u32, lo, 4, table, mode="lo")), space="shared", name="group_first_tile")
     start, end = group_bounds(ctx, lo, b.setp("eq", u32, 0, 0, name="always"))
     row0 = b.mad(u32, b.sub(u32, tm, first_tile), cfg.gemm.tile_m, start, mode="lo", name="tile_row0")
-    ctx.let(group=lo, row0=row0, row_end=end)
-    return tm, tn
+    return GroupTile(tm, tn, lo, row0, end)
 
 
 def roles(cfg: Config, *, before_a=None) -> dict:
     """The grouped GEMM's roles for ``Template.build``: the GEMM's consumer with this module's tile walk
-    and store, its own loader (3-D weight coordinates). ``before_a(ctx)`` runs on the loader lane before
-    a tile's first load (the fused dispatch waits there for the tile's rows)."""
+    and store, its own loader (3-D weight coordinates). ``before_a(ctx, tile)`` runs on the loader lane
+    before a tile's first load (the fused dispatch waits there for the tile's rows)."""
     g = cfg.gemm
-    tile = lambda ctx, task: locate_tile(ctx, cfg, task)      # noqa: E731
-    parts = gemm.roles(g, store=store(cfg), tile=tile)
+    loop = gemm.Loop()
+    placed: GroupTile | None = None       # the tile of the role being emitted (its last tile hook's)
+
+    def tile(ctx, task):
+        nonlocal placed
+        placed = locate_tile(ctx, cfg, task, loop.tiles_m)
+        return placed.tm, placed.tn
+
+    def store(ctx, acc, tm, tn, wg, staging):
+        """A warpgroup's 64-row slab: TMA-stored when it lies inside its group, else register stores of
+        the rows before the group's end (and the columns before N)."""
+        b = ctx.b
+        row = b.mad(u32, wg, 64, placed.row0, mode="lo", name="slab_row")
+        col = b.mul(u32, tn, g.tile_n, mode="lo", name="slab_col")
+        inside = b.setp("le", u32, b.add(u32, row, 64), placed.row_end, name="slab_inside")
+        with b.if_else(inside, uniform=True) as (tma, registers):
+            with tma:
+                gemm.store_slab(ctx, g, acc, wg, staging, tensor_map_param(b, "tmap_c"), row, col)
+            with registers:
+                store_tail(ctx, cfg, acc, row, col, placed.row_end)
+
+    parts = gemm.roles(g, store=store, tile=tile, loop=loop)
     gemm_prologue = parts["prologue"]
 
     def prologue(ctx):
         gemm_prologue(ctx)
-        group_table(ctx, cfg)
+        loop.tiles_m = group_table(ctx, cfg)
 
     def loader(ctx, task):
         """One lane: for each k-block, wait for a free stage, announce its bytes, load A rows from the
         tile's first row and W's box of expert ``group``."""
         b = ctx.b
-        _, tn = tile(ctx, task)
+        tile(ctx, task)
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
             if before_a is not None:
-                before_a(ctx)
+                before_a(ctx, placed)
             tmap_a, tmap_b = tensor_map_param(b, "tmap_a"), tensor_map_param(b, "tmap_b")
-            row, expert = ctx.param("row0"), ctx.param("group")
-            col = b.mul(u32, tn, g.tile_n, mode="lo")
-            for kb in b.range(0, ctx.param("k_blocks"), name="kb"):
-                gemm.load_k_block(ctx, g, kb, tmap_a, tmap_b, row, col, expert)
+            col = b.mul(u32, placed.tn, g.tile_n, mode="lo")
+            for kb in b.range(0, loop.k_blocks, name="kb"):
+                gemm.load_k_block(ctx, g, loop, kb, tmap_a, tmap_b, placed.row0, col, placed.group)
 
     return dict(parts, prologue=prologue, loader=loader)
 
 
-def store(cfg: Config):
-    """A warpgroup's 64-row slab: TMA-stored when it lies inside its group, else register stores of
-    the rows before the group's end (and the columns before N)."""
-    g = cfg.gemm
-
-    def hook(ctx, acc, tm, tn, wg, staging):
-        b = ctx.b
-        row = b.mad(u32, wg, 64, ctx.param("row0"), mode="lo", name="slab_row")
-        col = b.mul(u32, tn, g.tile_n, mode="lo", name="slab_col")
-        inside = b.setp("le", u32, b.add(u32, row, 64), ctx.param("row_end"), name="slab_inside")
-        with b.if_else(inside, uniform=True) as (tma, registers):
-            with tma:
-                gemm.store_slab(ctx, g, acc, wg, staging, tensor_map_param(b, "tmap_c"), row, col)
-            with registers:
-                store_tail(ctx, cfg, acc, row, col)
-
-    return hook
-
-
-def store_tail(ctx, cfg: Config, acc, row, col) -> None:
+def store_tail(ctx, cfg: Config, acc, row, col, row_end) -> None:
     """Predicated ``st.global`` of the accumulators: row ``row + frag_row (+8)`` only before ``row_end``,
     column pairs only before N (N is even). Weak stores: the kernel's end publishes them."""
     b = ctx.b
@@ -209,13 +217,13 @@ def store_tail(ctx, cfg: Config, acc, row, col) -> None:
     out_bytes = 4 if g.out_dtype == "f32" else 2
     frag_row, frag_col = warp_quad(b, b.and_(b32, ctx.role_tid, 127))
     first_col = b.add(u32, col, frag_col, name="tail_col")
-    cols_left = b.sub(s32, ctx.param("n"), first_col, name="cols_left")
-    row_bytes = b.mul(u32, ctx.param("n"), out_bytes, mode="lo", name="out_row_bytes")
+    cols_left = b.sub(s32, ctx.p.n, first_col, name="cols_left")
+    row_bytes = b.mul(u32, ctx.p.n, out_bytes, mode="lo", name="out_row_bytes")
     for half in (0, 1):
         r = b.add(u32, b.add(u32, row, frag_row), 8 * half, name="tail_row")
-        row_ok = b.setp("lt", u32, r, ctx.param("row_end"), name="row_ok")
+        row_ok = b.setp("lt", u32, r, row_end, name="row_ok")
         base = b.mad(u64, b.cvt(u64, u32, r), b.cvt(u64, u32, row_bytes),
-                     b.add(u64, ctx.param("out"), b.mul(u32, first_col, out_bytes, mode="wide")), mode="lo",
+                     b.add(u64, ctx.p.out, b.mul(u32, first_col, out_bytes, mode="wide")), mode="lo",
                      name="tail_addr")
         for chunk in range(g.tile_n // 8):
             ok = b.setp("gt", s32, cols_left, 8 * chunk, combine="and", c=row_ok, name="tail_ok")

@@ -47,37 +47,35 @@ def build(cfg: Config = Config()):
 
     def comm_tasks(ctx):
         b = ctx.b
-        for p in PARAMS:
-            ctx.param(p.name)
-        return b.div(u32, b.add(u32, ctx.param("units"), cfg.threads - 1), cfg.threads, name="ntasks")
+        return b.div(u32, b.add(u32, ctx.p.units, cfg.threads - 1), cfg.threads, name="ntasks")
 
     def communicator(ctx, task):
         """Unit u: token u / row_units, 8 columns from (u % row_units) · 8."""
         b = ctx.b
         unit = b.mad(u32, task, cfg.threads, ctx.role_tid, mode="lo", name="unit")
-        with b.if_then(b.setp("lt", u32, unit, ctx.param("units"))):
-            token = b.div(u32, unit, ctx.param("row_units"), name="token")
-            col = b.sub(u32, unit, b.mul(u32, token, ctx.param("row_units"), mode="lo"), name="col_unit")
+        with b.if_then(b.setp("lt", u32, unit, ctx.p.units)):
+            token = b.div(u32, unit, ctx.p.row_units, name="token")
+            col = b.sub(u32, unit, b.mul(u32, token, ctx.p.row_units, mode="lo"), name="col_unit")
             acc = [b.mov(f32, 0.0, name="acc") for _ in range(8)]
-            row_bytes = b.mul(u32, ctx.param("row_units"), 16, mode="lo", name="y_row_bytes")
-            for kk in b.range(0, ctx.param("topk"), name="kk"):
-                pair = b.mad(u32, token, ctx.param("topk"), kk, mode="lo", name="pair")
+            row_bytes = b.mul(u32, ctx.p.row_units, 16, mode="lo", name="y_row_bytes")
+            for kk in b.range(0, ctx.p.topk, name="kk"):
+                pair = b.mad(u32, token, ctx.p.topk, kk, mode="lo", name="pair")
                 at = b.mul(u32, pair, 4, mode="wide", name="pair_offset")
-                slot = b.ld(s32, address(b.add(u64, ctx.param("slots"), at)), space="global", nc=True, name="slot")
+                slot = b.ld(s32, address(b.add(u64, ctx.p.slots, at)), space="global", nc=True, name="slot")
                 with b.if_then(b.setp("ge", s32, slot, 0, name="routed")):
-                    expert = b.ld(u32, address(b.add(u64, ctx.param("ids"), at)), space="global", nc=True,
+                    expert = b.ld(u32, address(b.add(u64, ctx.p.ids, at)), space="global", nc=True,
                                   name="expert")
-                    weight = b.ld(f32, address(b.add(u64, ctx.param("weights"), at)), space="global", nc=True,
+                    weight = b.ld(f32, address(b.add(u64, ctx.p.weights, at)), space="global", nc=True,
                                   name="weight")
-                    owner = ctx.layouts["y"].peer(b, b.div(u32, expert, ctx.param("local"), name="owner"))
+                    owner = ctx.layouts["y"].peer(b, b.div(u32, expert, ctx.p.local, name="owner"))
                     src = b.mad(u64, b.cvt(u64, s32, slot), b.cvt(u64, u32, row_bytes),
                                 b.add(u64, owner, b.mul(u32, col, 16, mode="wide")), mode="lo", name="y_src")
                     words = b.ld(b32, address(src), space="global", vec=4, name="y_word")
                     for a, v in zip(acc, _to_f32(b, list(words), ptx_type(cfg.dtype))):
                         b.fma(f32, v, weight, a, rnd="rn", into=a)
-            out_row = b.mul(u32, b.mul(u32, ctx.param("row_units"), 8, mode="lo"), out_bytes, mode="lo")
+            out_row = b.mul(u32, b.mul(u32, ctx.p.row_units, 8, mode="lo"), out_bytes, mode="lo")
             dst = b.mad(u64, b.cvt(u64, u32, token), b.cvt(u64, u32, out_row),
-                        b.add(u64, ctx.param("out"), b.mul(u32, col, 8 * out_bytes, mode="wide")), mode="lo",
+                        b.add(u64, ctx.p.out, b.mul(u32, col, 8 * out_bytes, mode="wide")), mode="lo",
                         name="out_dst")
             words = _from_f32(b, acc, ptx_type(cfg.out_dtype))
             for i in range(0, len(words), 4):

@@ -36,7 +36,7 @@ barrier, so when it completes every rank's rows have arrived.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,7 +83,7 @@ def send_key(b, e, ctx):
     """Where expert ``e``'s rows come in this rank's send order: ``l · world + (d - rank) mod world``
     for owner d and local index l (each source pushes every owner's expert 0, then 1, ...; owners
     visited from the next rank on, so sources do not all hit one owner)."""
-    local = ctx.param("local")
+    local = ctx.p.local
     owner = b.div(u32, e, local, name="key_owner")
     l = b.sub(u32, e, b.mul(u32, owner, local, mode="lo"), name="key_local")
     hop = b.sub(u32, b.add(u32, owner, ctx.world), ctx.rank, name="key_hop")
@@ -97,7 +97,7 @@ def emit_send_order(ctx, each, word, global_word) -> None:
     over shared counts per expert), then each pair's index is ``base[e] + position``; a dropped pair
     takes the next free index from the end (``atom.shared.add`` on ``dropped``)."""
     b = ctx.b
-    experts, hist, base = ctx.param("experts"), ctx.smem["hist"], ctx.smem["base"]
+    experts, hist, base = ctx.p.experts, ctx.smem["hist"], ctx.smem["base"]
     for e in each(experts):
         key = send_key(b, e, ctx)
         before = b.mov(u32, 0, name="sent_before")
@@ -106,20 +106,20 @@ def emit_send_order(ctx, each, word, global_word) -> None:
             b.add(u32, before, b.ld(u32, word(hist, other), space="shared"), into=before, pred=earlier)
         b.st(u32, word(base, e), before, space="shared")
     b.bar_sync(0)
-    last = b.sub(u32, ctx.param("pairs"), 1, name="last_pair")
-    for p in each(ctx.param("pairs")):
-        e = b.ld(u32, global_word(ctx.param("ids"), p), space="global", nc=True, name="expert")
+    last = b.sub(u32, ctx.p.pairs, 1, name="last_pair")
+    for p in each(ctx.p.pairs):
+        e = b.ld(u32, global_word(ctx.p.ids, p), space="global", nc=True, name="expert")
         valid = b.setp("lt", u32, e, experts, name="valid_expert")
         at = b.mov(u32, 0, name="order_at")
         with b.if_else(valid) as (routed, dropped):
             with routed:
-                pos = b.ld(u32, global_word(ctx.param("slots"), p), space="global", name="pos")
+                pos = b.ld(u32, global_word(ctx.p.slots, p), space="global", name="pos")
                 b.add(u32, b.ld(u32, word(base, e), space="shared"), pos, into=at)
             with dropped:
                 taken = b.atom("add", u32, address(ctx.smem["dropped"]), 1, sem=Sem.RELAXED, scope=Scope.CTA,
                                space="shared", name="dropped_before")
                 b.sub(u32, last, taken, into=at)
-        b.st(u32, global_word(ctx.param("order"), at), p, space="global")
+        b.st(u32, global_word(ctx.p.order, at), p, space="global")
     b.bar_sync(0)
 
 
@@ -130,13 +130,11 @@ def build_route(cfg: Config = Config()):
                  comm_threads=ROUTE_THREADS)      # one block, but it waits: a launch ticket all the same
 
     def comm_tasks(ctx):
-        for p in ROUTE_PARAMS:          # loaded by every thread, before any branch
-            ctx.param(p.name)
         return ctx.b.mov(u32, 1, name="one_task")
 
     def route(ctx, task):
         b, tid = ctx.b, ctx.tid
-        experts, hist, base = ctx.param("experts"), ctx.smem["hist"], ctx.smem["base"]
+        experts, hist, base = ctx.p.experts, ctx.smem["hist"], ctx.smem["base"]
 
         def each(stop):
             return b.range(tid, stop, ROUTE_THREADS, name="item")
@@ -151,15 +149,15 @@ def build_route(cfg: Config = Config()):
             b.st(u32, word(hist, e), 0, space="shared")
         b.st(u32, address(ctx.smem["dropped"]), 0, space="shared", pred=b.setp("eq", u32, tid, 0))
         mine = ctx.layouts["arrivals"].peer(b, ctx.rank, name="my_arrivals")
-        for blk in each(ctx.param("blocks")):
+        for blk in each(ctx.p.blocks):
             b.st(u32, global_word(mine, blk), 0, space="global")
         b.bar_sync(0)
-        for p in each(ctx.param("pairs")):                       # position of each pair in its block
-            e = b.ld(u32, global_word(ctx.param("ids"), p), space="global", nc=True, name="expert")
+        for p in each(ctx.p.pairs):                       # position of each pair in its block
+            e = b.ld(u32, global_word(ctx.p.ids, p), space="global", nc=True, name="expert")
             valid = b.setp("lt", u32, e, experts, name="valid_expert")
             pos = b.mov(u32, 0xFFFFFFFF, name="pos")
             b.atom("add", u32, word(hist, e), 1, sem=Sem.RELAXED, scope=Scope.CTA, space="shared", into=pos, pred=valid)
-            b.st(u32, global_word(ctx.param("slots"), p), pos, space="global")
+            b.st(u32, global_word(ctx.p.slots, p), pos, space="global")
         b.bar_sync(0)
         row = b.mul(u32, ctx.rank, experts, mode="lo", name="my_row")
         for d in b.range(0, ctx.world, name="dst"):               # our counts into every rank's matrix
@@ -175,10 +173,10 @@ def build_route(cfg: Config = Config()):
         emit_send_order(ctx, each, word, global_word)               # while the peers' counts come in
         with b.if_then(signaller):
             wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, 0),
-                 b.mul(u32, ctx.param("epoch"), ctx.world, mode="lo", name="ready_expected"), sem=Sem.ACQUIRE,
+                 b.mul(u32, ctx.p.epoch, ctx.world, mode="lo", name="ready_expected"), sem=Sem.ACQUIRE,
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.mov(u32, 0))
         b.bar_sync(0)                  # every thread now sees every rank's counts (weak loads below)
-        counts, local = ctx.layouts["counts"].peer(b, ctx.rank, name="matrix"), ctx.param("local")
+        counts, local = ctx.layouts["counts"].peer(b, ctx.rank, name="matrix"), ctx.p.local
 
         def rows_before(owner, expert_end, expert, src_end):
             """Rows of ``owner``'s experts before ``expert_end`` from every rank, plus rows of ``expert``
@@ -199,13 +197,13 @@ def build_route(cfg: Config = Config()):
         first = b.mul(u32, ctx.rank, local, mode="lo", name="first_local")
         for l in each(local):                                      # our layout: end row of each local expert
             e = b.add(u32, first, l, name="local_expert")
-            b.st(u32, global_word(ctx.param("recv_offsets"), l), rows_before(ctx.rank, e, e, ctx.world),
+            b.st(u32, global_word(ctx.p.recv_offsets, l), rows_before(ctx.rank, e, e, ctx.world),
                  space="global")
         b.bar_sync(0)
-        for p in each(ctx.param("pairs")):
-            e = b.ld(u32, global_word(ctx.param("ids"), p), space="global", nc=True, name="expert")
+        for p in each(ctx.p.pairs):
+            e = b.ld(u32, global_word(ctx.p.ids, p), space="global", nc=True, name="expert")
             with b.if_then(b.setp("lt", u32, e, experts, name="valid_expert")):
-                at = global_word(ctx.param("slots"), p)
+                at = global_word(ctx.p.slots, p)
                 pos = b.ld(u32, at, space="global", name="pos")
                 b.st(u32, at, b.add(u32, pos, b.ld(u32, word(base, e), space="shared")), space="global")
 
@@ -214,55 +212,64 @@ def build_route(cfg: Config = Config()):
 
 
 # ----------------------------------------------------------------------------------------------- push
-def push_roles(warps: int, chunk: int, buffer: str) -> dict:
-    """``comm_tasks`` and ``communicator`` for pushing rows: warp w of a block takes the pair at
-    ``order[task · warps + w]`` (route's send order: expert by expert, so each owner's first row
-    blocks fill first); ``buffer`` (a shared buffer of ``warps · chunk`` bytes) and the ring
-    ``rows_in`` (``warps`` barriers, one arrival) belong to the caller's template.
+PUSH_BUFFER, PUSH_RING = "push_rows", "rows_in"
+
+
+def with_pushers(t: Template, warps: int, chunk: int) -> Template:
+    """``t`` with what :func:`push_roles` uses: a communicator's ``warps · chunk`` bytes of the dynamic
+    window (a compute block's buffers, on a communicator block) and the ring of ``warps`` barriers."""
+    return replace(t, comm_buffers=t.comm_buffers + (Buffer(PUSH_BUFFER, warps * chunk, 128),),
+                   rings=t.rings + (Ring(PUSH_RING, warps, 1),))
+
+
+def push_roles(warps: int, chunk: int) -> dict:
+    """``comm_tasks`` and ``communicator`` for pushing rows (the template from :func:`with_pushers`):
+    warp w of a block takes the pair at ``order[task · warps + w]`` (route's send order: expert by
+    expert, so each owner's first row blocks fill first), through its ``chunk`` bytes of the buffer and
+    its barrier of the ring.
 
     A row's counter is raised once the pusher's next row is on its way (``cp.async.bulk.wait_group 1``:
     every bulk group but the newest has written), not after a wait for its own writes, so a pusher
     keeps a load and a store in flight; its last row's is raised after its last task
     (``wait_group 0``)."""
+    phase = unsignalled = push_tasks = None      # the pusher's registers, made before its task loop
 
     def comm_tasks(ctx):
+        nonlocal phase, unsignalled, push_tasks
         b = ctx.b
-        for p in PUSH_PARAMS:
-            ctx.param(p.name)
-        tasks = b.div(u32, b.add(u32, ctx.param("pairs"), warps - 1), warps, name="push_tasks")
-        ctx.let(push_phase=b.mov(u32, 0, name="push_phase"), unsignalled=b.mov(u64, 0, name="unsignalled"),
-                push_tasks=tasks)
-        return tasks
+        push_tasks = b.div(u32, b.add(u32, ctx.p.pairs, warps - 1), warps, name="push_tasks")
+        phase, unsignalled = b.mov(u32, 0, name="push_phase"), b.mov(u64, 0, name="unsignalled")
+        return push_tasks
 
-    def raise_unsignalled(b, ctx):
+    def raise_unsignalled(b):
         """The counter of the row before (written: the caller waited), if there is one."""
-        with b.if_then(b.setp("ne", u64, ctx.param("unsignalled"), 0, name="row_unsignalled")):
-            signal(b, ctx.param("unsignalled"), 1, sem=Sem.RELEASE, scope=Scope.SYS)
+        with b.if_then(b.setp("ne", u64, unsignalled, 0, name="row_unsignalled")):
+            signal(b, unsignalled, 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def communicator(ctx, task):
         b = ctx.b
         warp, lane = b.shr(u32, ctx.tid, 5, name="push_warp"), b.and_(b32, ctx.tid, 31, name="push_lane")
         j = b.mad(u32, task, warps, warp, mode="lo", name="send_index")
-        mine = b.setp("lt", u32, j, ctx.param("pairs"), combine="and", c=b.setp("eq", u32, lane, 0), name="pusher")
+        mine = b.setp("lt", u32, j, ctx.p.pairs, combine="and", c=b.setp("eq", u32, lane, 0), name="pusher")
         with b.if_then(mine):
             def word(name, i):
-                return address(b.mad(u64, b.cvt(u64, u32, i), 4, ctx.param(name), mode="lo"))
+                return address(b.mad(u64, b.cvt(u64, u32, i), 4, ctx.p[name], mode="lo"))
 
             # route's outputs, final before this launch: read-only here
             pair = b.ld(u32, word("order", j), space="global", nc=True, name="pair")
             slot = b.ld(s32, word("slots", pair), space="global", nc=True, name="slot")
             with b.if_then(b.setp("ge", s32, slot, 0, name="routed")):
                 expert = b.ld(u32, word("ids", pair), space="global", nc=True, name="pair_expert")
-                owner = b.div(u32, expert, ctx.param("local"), name="owner")
-                token = b.div(u32, pair, ctx.param("topk"), name="token")
-                buf = b.mad(u32, warp, chunk, ctx.smem[buffer], mode="lo", name="row_buffer")
-                pipe = Pipeline.bounce(ctx.rings["rows_in"].bar(b, warp), phase=ctx.param("push_phase"))
-                row_bytes = b.cvt(u64, u32, ctx.param("row_bytes"), name="row_bytes64")
-                src = b.mad(u64, b.cvt(u64, u32, token), row_bytes, ctx.param("x"), mode="lo", name="token_row")
+                owner = b.div(u32, expert, ctx.p.local, name="owner")
+                token = b.div(u32, pair, ctx.p.topk, name="token")
+                buf = b.mad(u32, warp, chunk, ctx.smem[PUSH_BUFFER], mode="lo", name="row_buffer")
+                pipe = Pipeline.bounce(ctx.rings[PUSH_RING].bar(b, warp), phase=phase)
+                row_bytes = b.cvt(u64, u32, ctx.p.row_bytes, name="row_bytes64")
+                src = b.mad(u64, b.cvt(u64, u32, token), row_bytes, ctx.p.x, mode="lo", name="token_row")
                 dst = b.mad(u64, b.cvt(u64, s32, slot), row_bytes, ctx.layouts["recv"].peer(b, owner), mode="lo",
                             name="slot_row")
-                for off in b.range(0, ctx.param("row_bytes"), chunk, name="row_offset"):
-                    size = b.min(u32, b.sub(u32, ctx.param("row_bytes"), off), chunk, name="chunk_bytes")
+                for off in b.range(0, ctx.p.row_bytes, chunk, name="row_offset"):
+                    size = b.min(u32, b.sub(u32, ctx.p.row_bytes, off), chunk, name="chunk_bytes")
                     at = b.cvt(u64, u32, off, name="chunk_offset")
                     pipe.acquire(b)                            # the last chunk's store has read the buffer
                     bar = pipe.commit(b, size)
@@ -273,14 +280,14 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
                     b.bulk_commit_group()
                 b.bulk_wait_group(1)                          # the rows before this one are written
                 b.fence_proxy_async("global")
-                raise_unsignalled(b, ctx)
+                raise_unsignalled(b)
                 blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
-                b.mov(u64, flag_address(b, ctx.layouts["arrivals"], owner, blk), into=ctx.param("unsignalled"))
-        last = b.setp("ge", u32, b.add(u32, task, ctx.param("num_comm_sms")), ctx.param("push_tasks"),
+                b.mov(u64, flag_address(b, ctx.layouts["arrivals"], owner, blk), into=unsignalled)
+        last = b.setp("ge", u32, b.add(u32, task, ctx.p.num_comm_sms), push_tasks,
                       name="last_push_task")
         with b.if_then(b.setp("eq", u32, lane, 0, combine="and", c=last, name="flush_pusher")):
             publish_async_writes(b)                           # the last row is written, not only read out
-            raise_unsignalled(b, ctx)
+            raise_unsignalled(b)
 
     return dict(comm_tasks=comm_tasks, communicator=communicator)
 
@@ -288,9 +295,9 @@ def push_roles(warps: int, chunk: int, buffer: str) -> dict:
 def build(cfg: Config = Config()):
     """The plain dispatch: every block a communicator, then the ranks' closing barrier."""
     t = Template(f"moe_dispatch_w{cfg.warps}_c{cfg.chunk}", params=PUSH_PARAMS, layouts=(RECV, ARRIVALS, FLAGS),
-                 dynamic_buffers=(Buffer("rows", cfg.warps * cfg.chunk, 128),), rings=(Ring("rows_in", cfg.warps, 1),),
                  comm_threads=32 * cfg.warps)
-    return t.build(**push_roles(cfg.warps, cfg.chunk, "rows"),
+    t = with_pushers(t, cfg.warps, cfg.chunk)
+    return t.build(**push_roles(cfg.warps, cfg.chunk),
                    epilogue=lambda ctx: close_barrier(ctx, 1, multicast=False))
 
 

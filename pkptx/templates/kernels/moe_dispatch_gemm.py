@@ -14,13 +14,12 @@ closing barrier: no rank's next route resets counters or reuses buffers a peer s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...isa import address, s32, u32, u64
 from ...primitives.sync import publish_async_writes
-from ..lcsc import Ring
 from ..progress import FLAGS, close_barrier
 from . import grouped_gemm, moe_dispatch
 
@@ -46,22 +45,21 @@ class Config:
 def received_rows(ctx):
     """Rows this rank receives in all: route's end row of its last local expert, clamped to capacity."""
     b = ctx.b
-    last = b.mad(u64, b.cvt(u64, u32, b.sub(u32, ctx.param("groups"), 1)), 4, ctx.param("offsets"), mode="lo")
+    last = b.mad(u64, b.cvt(u64, u32, b.sub(u32, ctx.p.groups, 1)), 4, ctx.p.offsets, mode="lo")
     total = b.ld(s32, address(last), space="global", nc=True, name="received")
-    return b.min(u32, b.cvt(u32, s32, b.max(s32, total, 0)), ctx.param("rows"), name="received_rows")
+    return b.min(u32, b.cvt(u32, s32, b.max(s32, total, 0)), ctx.p.rows, name="received_rows")
 
 
 def build(cfg: Config = Config()):
     t = grouped_gemm.template(cfg.grouped, cfg.name, params=moe_dispatch.PUSH_PARAMS,
                               layouts=(moe_dispatch.RECV, moe_dispatch.ARRIVALS, FLAGS), comm_first=True,
                               progress=True)
-    t = replace(t, rings=t.rings + (Ring("rows_in", WARPS, 1),))
+    t = moe_dispatch.with_pushers(t, WARPS, cfg.chunk)
 
-    def await_rows(ctx):
+    def await_rows(ctx, tile):
         b = ctx.b
-        end = b.min(u32, b.add(u32, ctx.param("row0"), cfg.grouped.gemm.tile_m), ctx.param("row_end"),
-                    name="tile_rows_end")
-        moe_dispatch.wait_rows(ctx, ctx.param("row0"), end, received_rows(ctx))
+        end = b.min(u32, b.add(u32, tile.row0, cfg.grouped.gemm.tile_m), tile.row_end, name="tile_rows_end")
+        moe_dispatch.wait_rows(ctx, tile.row0, end, received_rows(ctx))
 
     def epilogue(ctx):
         publish_async_writes(ctx.b)           # this block's TMA stores (rows, or C) are written
@@ -69,7 +67,7 @@ def build(cfg: Config = Config()):
         close_barrier(ctx, 1, multicast=False)
 
     return t.build(**grouped_gemm.roles(cfg.grouped, before_a=await_rows),
-                   **moe_dispatch.push_roles(WARPS, cfg.chunk, "smem_a"), epilogue=epilogue)
+                   **moe_dispatch.push_roles(WARPS, cfg.chunk), epilogue=epilogue)
 
 
 def reference(recv: np.ndarray, w_local: np.ndarray, offsets, b_layout: str = "nk") -> np.ndarray:

@@ -43,7 +43,7 @@ from ...primitives.layout import ParallelLayout
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
 from ...primitives.stream import stream_copy
 from ...primitives.tma import tensor_map_param
-from ..lcsc import WINDOW_SLACK, Ring
+from ..lcsc import WINDOW_SLACK, Buffer, Ring
 from ..progress import close_barrier
 from . import attention
 
@@ -99,7 +99,7 @@ def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
     if halves == 2:
         slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.param("k_blocks"), kb, mode="lo"), 1, name="piece_flag")
+    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), 1, name="piece_flag")
 
 
 def later_deadline(ctx, shift: int = 3) -> Deadline:
@@ -125,11 +125,9 @@ class PeerPlan(attention.Plan):
 
 def await_piece(ctx, index, src, lanes: int, *, deadline: Deadline) -> None:
     """Acquire the piece's arrival (every relay lane of the sender has signalled, ``lanes`` per call),
-    then order it before the async proxy's (TMA) reads of the data. The caller emits it on one path only,
-    so it reads parameters through a branch of ``ctx``."""
-    ctx = ctx.branch()
+    then order it before the async proxy's (TMA) reads of the data."""
     b = ctx.b
-    expected = b.mul(u32, ctx.param("epoch"), lanes, mode="lo", name="piece_signals")
+    expected = b.mul(u32, ctx.p.epoch, lanes, mode="lo", name="piece_signals")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
          scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
@@ -154,7 +152,7 @@ class RingPlan(PeerPlan):
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
-        q_blocks, heads, chunk = ctx.param("q_blocks"), ctx.param("heads"), ctx.param("chunk")
+        q_blocks, heads, chunk = ctx.p.q_blocks, ctx.p.heads, ctx.p.chunk
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
         qhalf = b.sub(u32, 1, b.and_("b32", rest, 1), name="qhalf") if halves == 2 else b.mov(u32, 0, name="qhalf")
@@ -166,13 +164,13 @@ class RingPlan(PeerPlan):
 
     def keys(self, ctx, t, body, *, loader: bool) -> None:
         b, cfg, halves = ctx.b, self.cfg, self.cfg.halves
-        world, rank, chunk = ctx.world, ctx.rank, ctx.param("chunk")
+        world, rank, chunk = ctx.world, ctx.rank, ctx.p.chunk
         if cfg.causal:
             last = b.sub(u32, b.mul(u32, world, 2, mode="lo"), 1, name="last_chunk")
             own_late = b.sub(u32, last, rank, name="late_chunk")
             gq = b.selp(u32, own_late, rank, b.setp("ne", u32, t.qhalf, 0), name="q_chunk")
         if loader:
-            kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
+            kv_head = b.div(u32, t.head, ctx.p.group, name="kv_head")
             maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
             deadline = later_deadline(ctx)
         neg_chunk = b.neg("s32", chunk, name="skip_run")
@@ -194,18 +192,17 @@ class RingPlan(PeerPlan):
 
             def before_load(kb, src=src, khalf=khalf, own=own):
                 with b.if_then(b.not_("pred", own, name="from_peer")):
-                    cctx = ctx.branch()
-                    await_piece(cctx, arrival_index(b, t.batch, src, khalf, kb, cctx, halves), src, cfg.lanes,
+                    await_piece(ctx, arrival_index(b, t.batch, src, khalf, kb, ctx, halves), src, cfg.lanes,
                                 deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
 
 
-def communicating(cfg, plan, *, announce, counter: str, **template):
+def communicating(cfg, plan, *, announce, **template):
     """Attention's template and roles for a kernel whose communicators take the first tickets (compute
-    blocks wait on them; they never wait on compute blocks): the prologue also zeroes the communicators'
-    ``counter`` and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
+    blocks wait on them; they never wait on compute blocks): the prologue also lets ticket 0's thread 0
+    ``announce(ctx)`` that this launch has started."""
     base = attention.template(cfg.attention)
     t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
                             **{k: v(base) if callable(v) else v for k, v in template.items()})
@@ -215,7 +212,6 @@ def communicating(cfg, plan, *, announce, counter: str, **template):
     def prologue(ctx):
         start(ctx)
         b = ctx.b
-        ctx.let(**{counter: b.mov(u32, 0, name=counter)})
         with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
             announce(ctx)
 
@@ -238,29 +234,31 @@ def build(cfg: Config = Config()):
         prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
         signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
-    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, counter="relayed", params=PARAMS,
-                             layouts=(KR, VR, ARRIVE),
+    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, params=PARAMS, layouts=(KR, VR, ARRIVE),
+                             comm_buffers=(Buffer("relay_staging", lanes * stages * chunk_bytes, 1024),),
                              rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
+    relayed = None          # a lane's count of chunks through its stages, made before the task loop
 
     def relay(ctx, lane, dst, src, nbytes) -> None:
         """This lane's chunks (``lane``, ``lane + lanes``, ...) of ``nbytes`` from ``src`` (local) to
-        ``dst`` (a peer) through its own ``stages`` stages of shared memory (the dynamic window, which a
-        communicator does not otherwise use) and mbarriers (:func:`stream_copy`): the lanes' copies
+        ``dst`` (a peer) through its own ``stages`` stages of shared memory and mbarriers (:func:`stream_copy`): the lanes' copies
         overlap, and each lane's loads run ahead of its stores."""
         b = ctx.b
         own = StageRing(b.mad(u32, lane, 8 * stages, ctx.rings["relay"].base, mode="lo", name="relay_bars"), stages)
-        buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["smem_q"], mode="lo", name="relay_buf")
-        stream_copy(b, Pipeline((own,), uses=ctx.param("relayed")), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
+        buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["relay_staging"], mode="lo", name="relay_buf")
+        stream_copy(b, Pipeline((own,), uses=relayed), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
                     deadline=ctx.deadline, first=lane, stride=lanes)
 
     def padded_pieces(ctx):
         """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
         on communicator p mod num_comm_sms at every step."""
-        b, n = ctx.b, ctx.param("num_comm_sms")
-        return b.mul(u32, b.div(u32, b.add(u32, ctx.param("pieces"), b.sub(u32, n, 1)), n), n, mode="lo",
+        b, n = ctx.b, ctx.p.num_comm_sms
+        return b.mul(u32, b.div(u32, b.add(u32, ctx.p.pieces, b.sub(u32, n, 1)), n), n, mode="lo",
                      name="padded_pieces")
 
     def comm_tasks(ctx):
+        nonlocal relayed
+        relayed = ctx.b.mov(u32, 0, name="relayed")
         return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
 
     def forward(ctx, task):
@@ -273,10 +271,9 @@ def build(cfg: Config = Config()):
         padded = padded_pieces(ctx)
         piece = b.rem(u32, task, padded, name="piece")
         forwarder = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
-        with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=forwarder, name="real_piece")):
-            ctx = ctx.branch()
+        with b.if_then(b.setp("lt", u32, piece, ctx.p.pieces, combine="and", c=forwarder, name="real_piece")):
             step = b.add(u32, b.div(u32, task, padded), 1, name="step")
-            k_blocks, chunk, world, rank = ctx.param("k_blocks"), ctx.param("chunk"), ctx.world, ctx.rank
+            k_blocks, chunk, world, rank = ctx.p.k_blocks, ctx.p.chunk, ctx.world, ctx.rank
             kb = b.rem(u32, piece, k_blocks, name="piece_kb")
             rest = b.div(u32, piece, k_blocks, name="piece_rest")
             khalf = b.rem(u32, rest, halves, name="piece_half")
@@ -284,10 +281,10 @@ def build(cfg: Config = Config()):
             key0 = b.mul(u32, kb, KEY_BLOCK, mode="lo", name="piece_key0")
             row = b.mad(u32, khalf, chunk, key0, mode="lo", name="piece_row")
             rows = b.min(u32, b.sub(u32, chunk, key0), KEY_BLOCK, name="piece_rows")
-            nbytes = b.mul(u32, rows, ctx.param("row_bytes"), mode="lo", name="piece_bytes")
+            nbytes = b.mul(u32, rows, ctx.p.row_bytes, mode="lo", name="piece_bytes")
             shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
             nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
-            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.param("epoch"), sem=Sem.ACQUIRE,
+            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.p.epoch, sem=Sem.ACQUIRE,
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
             b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
             src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
@@ -298,9 +295,9 @@ def build(cfg: Config = Config()):
             with b.if_then(b.not_("pred", own, name="forwarded")):
                 await_piece(ctx, flag, src, lanes, deadline=ctx.deadline)
             for x, lay in (("k", "kr"), ("v", "vr")):
-                base = b.selp(u64, ctx.param(f"{x}_local"), ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
-                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.param("row_bytes"), mode="wide"))
-                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.param("row_bytes"),
+                base = b.selp(u64, ctx.p[f"{x}_local"], ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
+                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.p.row_bytes, mode="wide"))
+                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.p.row_bytes,
                                                                            mode="wide"))
                 relay(ctx, ctx.tid, dst_addr, src_addr, nbytes)
             publish_async_writes(b)

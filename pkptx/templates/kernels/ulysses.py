@@ -33,7 +33,7 @@ from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
 from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
 from ...primitives.tma import tensor_map_param
-from ..lcsc import WINDOW_SLACK, Ring
+from ..lcsc import WINDOW_SLACK, Buffer, Ring
 from ..progress import close_barrier
 from . import attention
 from . import ring_attention
@@ -57,15 +57,13 @@ def group_flag(b, ctx, batch, src, g):
     """arrive[world + (batch·world + src)·local_kv_heads + g]: pieces of (batch, src, head group g) here
     (arrive[i] for i < world: rank i's launch has started)."""
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.param("local_kv_heads"), g, mode="lo"), ctx.world, name="group_flag")
+    return b.add(u32, b.mad(u32, slot, ctx.p.local_kv_heads, g, mode="lo"), ctx.world, name="group_flag")
 
 
 def await_group(ctx, batch, src, g, deadline) -> None:
-    """Every piece of (batch, src, g) is here: acquire, then order it before the TMA reads of it. The
-    caller emits it on one path only, so it reads parameters through a branch of ``ctx``."""
-    ctx = ctx.branch()
+    """Every piece of (batch, src, g) is here: acquire, then order it before the TMA reads of it."""
     b = ctx.b
-    expected = b.mul(u32, ctx.param("epoch"), ctx.param("row_pieces"), mode="lo", name="group_pieces")
+    expected = b.mul(u32, ctx.p.epoch, ctx.p.row_pieces, mode="lo", name="group_pieces")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, group_flag(b, ctx, batch, src, g)), expected,
          sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
@@ -77,7 +75,7 @@ class UlyssesPlan(PeerPlan):
 
     def task(self, ctx, task) -> attention.Task:
         b, world, rank = ctx.b, ctx.world, ctx.rank
-        q_blocks, local_heads, seq = ctx.param("q_blocks"), ctx.param("local_heads"), ctx.param("seq")
+        q_blocks, local_heads, seq = ctx.p.q_blocks, ctx.p.local_heads, ctx.p.seq
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
         sq = b.rem(u32, rest, world, name="q_shard")
@@ -87,11 +85,11 @@ class UlyssesPlan(PeerPlan):
         global_head = b.mad(u32, rank, local_heads, head, mode="lo", name="global_head")
         q_head = b.selp(u32, global_head, head, own, name="q_head")
         q_slot = b.selp(u32, 0, sq, own, name="q_slot")
-        lse_rows = b.mul(u32, b.mad(u32, batch, ctx.param("heads"), global_head, mode="lo"), seq, mode="lo",
+        lse_rows = b.mul(u32, b.mad(u32, batch, ctx.p.heads, global_head, mode="lo"), seq, mode="lo",
                          name="lse_rows")
 
         def before_q():
-            g = b.div(u32, head, ctx.param("group"), name="head_group")
+            g = b.div(u32, head, ctx.p.group, name="head_group")
             deadline = later_deadline(ctx)
             with b.if_then(b.not_("pred", own, name="rows_from_peer")):
                 await_group(ctx, batch, sq, g, deadline)
@@ -107,10 +105,10 @@ class UlyssesPlan(PeerPlan):
             q_shard=sq)
 
     def keys(self, ctx, t, body, *, loader: bool) -> None:
-        b, world, rank, seq = ctx.b, ctx.world, ctx.rank, ctx.param("seq")
+        b, world, rank, seq = ctx.b, ctx.world, ctx.rank, ctx.p.seq
         if loader:
-            kv_head = b.div(u32, t.head, ctx.param("group"), name="kv_head")
-            global_kv = b.mad(u32, rank, ctx.param("local_kv_heads"), kv_head, mode="lo", name="global_kv_head")
+            kv_head = b.div(u32, t.head, ctx.p.group, name="kv_head")
+            global_kv = b.mad(u32, rank, ctx.p.local_kv_heads, kv_head, mode="lo", name="global_kv_head")
             maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}g_local")) for x in "kv"}
             deadline = later_deadline(ctx)
         neg_seq = b.neg("s32", seq, name="skip_run")
@@ -146,20 +144,24 @@ def build(cfg: Config = Config()):
 
     lanes = push_lanes(cfg.attention)
     lane_bytes = lane_buffer_bytes(cfg.attention)
-    t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce, counter="piece_phase",
+    t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce,
                              params=PARAMS + tuple(Param(f"tmap_{x}g_local", b8, 128, 64) for x in "qkv"),
                              layouts=(ARRIVE, LSE), tensor_maps=MAPS,
+                             comm_buffers=(Buffer("push_staging", lanes * lane_bytes, 1024),),
                              rings=lambda base: base.rings + (Ring("push", lanes, 1),))
+    phase = None            # a lane's count of pieces through its buffer, made before the task loop
 
     def comm_tasks(ctx):
-        return ctx.b.div(u32, ctx.b.add(u32, ctx.param("pieces"), lanes - 1), lanes, name="push_tasks")
+        nonlocal phase
+        phase = ctx.b.mov(u32, 0, name="piece_phase")
+        return ctx.b.div(u32, ctx.b.add(u32, ctx.p.pieces, lanes - 1), lanes, name="push_tasks")
 
     def await_ranks(ctx):
         """Before its first push, a communicator waits until every other rank's launch has started:
         a rank that never comes is then named by every rank's communicators first."""
         b = ctx.b
         for other in b.range(0, ctx.world, name="rank"):
-            wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, other), ctx.param("epoch"), sem=Sem.ACQUIRE,
+            wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, other), ctx.p.epoch, sem=Sem.ACQUIRE,
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
         b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
@@ -172,26 +174,26 @@ def build(cfg: Config = Config()):
         lane = ctx.tid
         piece = b.mad(u32, task, lanes, lane, mode="lo", name="piece")
         pusher = b.setp("lt", u32, lane, lanes, name="pusher")
-        with b.if_then(b.setp("lt", u32, piece, ctx.param("pieces"), combine="and", c=pusher, name="real_piece")):
-            world, rank, row_pieces = ctx.world, ctx.rank, ctx.param("row_pieces")
+        with b.if_then(b.setp("lt", u32, piece, ctx.p.pieces, combine="and", c=pusher, name="real_piece")):
+            world, rank, row_pieces = ctx.world, ctx.rank, ctx.p.row_pieces
             rb = b.rem(u32, piece, row_pieces, name="piece_rows_block")
             rest = b.div(u32, piece, row_pieces, name="piece_rest")
             peers = b.sub(u32, world, 1, name="peers")
             dest = b.rem(u32, b.add(u32, b.add(u32, rank, 1), b.rem(u32, rest, peers)), world, name="dest")
             rest = b.div(u32, rest, peers, name="piece_rest")
-            local_kv = ctx.param("local_kv_heads")
+            local_kv = ctx.p.local_kv_heads
             g, batch = b.rem(u32, rest, local_kv, name="piece_group"), b.div(u32, rest, local_kv, name="piece_batch")
-            row = b.mul(u32, rb, ctx.param("piece_rows"), mode="lo", name="piece_row")
+            row = b.mul(u32, rb, ctx.p.piece_rows, mode="lo", name="piece_row")
             with b.if_then(b.setp("eq", u32, task, ctx.ticket, name="first_task")):
-                await_ranks(ctx.branch())
-            group = ctx.param("group")
-            q_head = b.mad(u32, dest, ctx.param("local_heads"), b.mul(u32, g, group, mode="lo"), mode="lo",
+                await_ranks(ctx)
+            group = ctx.p.group
+            q_head = b.mad(u32, dest, ctx.p.local_heads, b.mul(u32, g, group, mode="lo"), mode="lo",
                            name="src_q_head")
             kv_head = b.mad(u32, dest, local_kv, g, mode="lo", name="src_kv_head")
-            pipe = Pipeline.bounce(ctx.rings["push"].bar(b, lane), phase=ctx.param("piece_phase"))
+            pipe = Pipeline.bounce(ctx.rings["push"].bar(b, lane), phase=phase)
             pipe.acquire(b)                               # the lane's last piece has left shared memory
-            bar = pipe.commit(b, ctx.param("piece_bytes"))
-            q_buf = b.mad(u32, lane, lane_bytes, ctx.smem["smem_q"], mode="lo", name="push_buffer")
+            bar = pipe.commit(b, ctx.p.piece_bytes)
+            q_buf = b.mad(u32, lane, lane_bytes, ctx.smem["push_staging"], mode="lo", name="push_buffer")
             k_buf = b.add(u32, q_buf, cfg.attention.q_bytes // cfg.attention.q_stages, name="push_k")
             boxes = (("q", q_buf, q_head, b.mul(u32, g, group, mode="lo", name="dst_q_head")),
                      ("k", k_buf, kv_head, g), ("v", b.add(u32, k_buf, cfg.attention.kv_bytes, name="push_v"), kv_head, g))
