@@ -101,6 +101,23 @@ class _Arm:
         return False
 
 
+class Params:
+    """A kernel's scalar parameters by attribute (``b.params.n``; ``b.params[name]`` for a computed name):
+    each is :meth:`Builder.load_param`'s register, loaded once at the kernel's entry, so it may be read on
+    any path. A name the kernel does not declare fails at build time, naming the ones it has."""
+    __slots__ = ("_builder",)
+
+    def __init__(self, builder: "Builder"):
+        self._builder = builder
+
+    def __getattr__(self, name: str) -> Reg:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._builder.load_param(name)
+
+    __getitem__ = __getattr__
+
+
 @_locate_methods
 class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
     """Emits into ``kernel``. Obtain one with ``Kernel.builder()``."""
@@ -108,6 +125,7 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
     def __init__(self, kernel):
         self.kernel = kernel
         self._depth = 0
+        self.params = Params(self)
 
     # ---------------------------------------------------------------- registers
     def reg(self, ty: PtxType | str, name: str | None = None) -> Reg:

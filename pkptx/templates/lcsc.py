@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Kernel, Param, Reg, b32, u32
+from ..isa import Builder, Kernel, Param, Params, Reg, b32, u32
 from ..primitives import StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
@@ -47,26 +47,10 @@ class Ring:
     arrivals: int = 1
 
 
-class Params:
-    """The kernel's scalar parameters by attribute (``ctx.p.k_blocks``; ``ctx.p[name]`` for a computed
-    name): each is one register loaded at the kernel's entry (:meth:`pkptx.isa.Builder.load_param`), so it
-    may be read on any path. A name the kernel does not declare fails at build time, naming the ones it has."""
-    __slots__ = ("_b",)
-
-    def __init__(self, b: Builder):
-        self._b = b
-
-    def __getattr__(self, name: str) -> Reg:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._b.load_param(name)
-
-    __getitem__ = __getattr__
-
-
 @dataclass
 class Ctx:
-    """What the template gives a role function: the builder, the world, the parameters (``p``), bound
+    """What the template gives a role function: the builder, the world, the parameters (``p``:
+    :class:`pkptx.isa.Params`, checked against the template's at build time), bound
     PGLs and tensor maps, shared buffers (as .u32 shared addresses), mbarrier rings, and the thread's
     index within its role (``role_tid`` of ``role_threads``). With tickets (:mod:`.progress`): ``ticket``,
     the counters the previous launch left (``launch_base``, ``rounds_base``) and ``epoch``, this
@@ -93,7 +77,7 @@ class Ctx:
 
     @property
     def p(self) -> Params:
-        return Params(self.b)
+        return self.b.params
 
 
 @dataclass(frozen=True)

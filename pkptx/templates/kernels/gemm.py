@@ -108,7 +108,7 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
 
 
 @dataclass
-class Loop:
+class KLoop:
     """The registers the GEMM's prologue makes for its roles (and a kernel that composes them): ``it``
     counts k-blocks through the stage ring (its stage and phase), ``k_blocks`` is ceil(K / TILE_K),
     ``tiles_m`` the tile rows (the parameter, or what the composing kernel's prologue counts)."""
@@ -121,7 +121,7 @@ class Loop:
         return Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=self.it)
 
 
-def load_k_block(ctx, cfg: Config, loop: Loop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
+def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
     """The loader lane's work for k-block ``kb``: wait for a free stage, announce its bytes, TMA-load A's
     rows from ``row`` and B's from ``col`` (``b_extra``: B's further coordinates, e.g. the expert of a
     grouped GEMM), then advance the ring."""
@@ -141,14 +141,14 @@ def load_k_block(ctx, cfg: Config, loop: Loop, kb, tmap_a, tmap_b, row, col, *b_
     pipe.advance(b)
 
 
-def roles(cfg: Config, *, store, tile=None, before_a=None, loop: Loop | None = None) -> dict:
+def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = None) -> dict:
     """The GEMM's roles for ``Template.build``. Hooks for the fused kernels: ``tile(ctx, task)`` gives
     (tile_m, tile_n) (default: the grouped order), ``before_a(ctx, tile_m)`` runs on the loader lane
     before a tile's A rows are loaded (e.g. wait for them to arrive), ``store(ctx, acc, tm, tn, wg,
     staging)`` disposes of a warpgroup's finished 64 rows. With ``cfg.split_k`` a task is a (tile, K
     slice) unit and ``store`` runs only on the warpgroup that finishes the slab. ``loop``: where the
     prologue puts its registers, for a kernel that reads them too."""
-    loop = loop or Loop()
+    loop = loop or KLoop()
     tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
 
     def unit(ctx, task):

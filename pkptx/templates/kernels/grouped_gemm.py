@@ -23,12 +23,13 @@ offsets cost results, not memory safety.
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Reg, address, b32, f32, s32, u32, u64
+from ...isa import Param, address, b32, f32, s32, u32, u64
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
 from ..gemm_parts import tile_of
@@ -129,15 +130,8 @@ def group_bounds(ctx, g, inside):
     return start, b.max(u32, clamp(end), start, name="group_end_rows")
 
 
-@dataclass(frozen=True)
-class GroupTile:
-    """A tile of the grouped order: (tile row, tile column), its group, its first row and its group's
-    end row."""
-    tm: Reg
-    tn: Reg
-    group: Reg
-    row0: Reg
-    row_end: Reg
+# A tile of the grouped order: (tile row, tile column), its group, its first row and its group's end row.
+GroupTile = namedtuple("GroupTile", "tm tn group row0 row_end")
 
 
 def locate_tile(ctx, cfg: Config, task, tiles_m) -> GroupTile:
@@ -165,7 +159,7 @@ def roles(cfg: Config, *, before_a=None) -> dict:
     and store, its own loader (3-D weight coordinates). ``before_a(ctx, tile)`` runs on the loader lane
     before a tile's first load (the fused dispatch waits there for the tile's rows)."""
     g = cfg.gemm
-    loop = gemm.Loop()
+    loop = gemm.KLoop()
     placed: GroupTile | None = None       # the tile of the role being emitted (its last tile hook's)
 
     def tile(ctx, task):
