@@ -135,6 +135,15 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
         self.kernel.declare(reg)
         return reg
 
+    def carried(self, ty: PtxType | str, value: int | float, name: str | None = None) -> Reg:
+        """A register set to the constant ``value`` at the kernel's entry, wherever this is called: a count
+        a role carries across its tasks (the role's code is emitted once, inside its task loop; the entry
+        runs once per thread)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PTXBuildError(f"carried: value must be a Python int or float, got {value!r}", _origin_text())
+        with self.kernel.at_entry():
+            return self.mov(ty, value, name=name)
+
     def regs(self, ty: PtxType | str, count: int, name: str | None = None) -> Vec:
         return Vec(tuple(self.reg(ty, name) for _ in range(count)))
 

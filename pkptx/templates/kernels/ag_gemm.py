@@ -39,7 +39,6 @@ def build(cfg: Config = Config()):
                               Param("row_bytes", u32)),
                       layouts=(A, READY, FLAGS), comm_first=True)   # compute blocks wait on the pushers
     t = replace(t, comm_buffers=(Buffer("push_chunk", CHUNK, 128),), rings=t.rings + (Ring("chunk_in", 1, 1),))
-    phase = None          # the communicator's count of chunks through its buffer
 
     def own_rows_first(ctx, task):
         """The grouped order, rotated so this rank's row blocks come first."""
@@ -59,8 +58,6 @@ def build(cfg: Config = Config()):
             b.fence_proxy_async("global")
 
     def comm_tasks(ctx):
-        nonlocal phase
-        phase = ctx.b.mov(u32, 0, name="chunk_phase")
         return ctx.b.div(u32, ctx.p.rows_per_rank, g.tile_m, name="own_blocks")
 
     def push_rows(ctx, task):
@@ -72,6 +69,7 @@ def build(cfg: Config = Config()):
             block_bytes = b.mul(u32, ctx.p.row_bytes, g.tile_m, mode="lo", name="block_bytes")
             first = b.mul(u32, tm, block_bytes, mode="wide", name="block_offset")
             local = b.add(u64, ctx.layouts["a"].peer(b, ctx.rank), first, name="block_src")
+            phase = b.carried(u32, 0, name="chunk_phase")          # chunks through the buffer, over the tasks
             pipe, buf = Pipeline.bounce(ctx.rings["chunk_in"].bar(b, 0), phase=phase), ctx.smem["push_chunk"]
             for done in b.range(0, block_bytes, CHUNK, name="chunk"):
                 size = b.min(u32, b.sub(u32, block_bytes, done), CHUNK, name="chunk_bytes")

@@ -232,16 +232,10 @@ def push_roles(warps: int, chunk: int) -> dict:
     every bulk group but the newest has written), not after a wait for its own writes, so a pusher
     keeps a load and a store in flight; its last row's is raised after its last task
     (``wait_group 0``)."""
-    phase = unsignalled = push_tasks = None      # the pusher's registers, made before its task loop
-
     def comm_tasks(ctx):
-        nonlocal phase, unsignalled, push_tasks
-        b = ctx.b
-        push_tasks = b.div(u32, b.add(u32, ctx.p.pairs, warps - 1), warps, name="push_tasks")
-        phase, unsignalled = b.mov(u32, 0, name="push_phase"), b.mov(u64, 0, name="unsignalled")
-        return push_tasks
+        return ctx.b.div(u32, ctx.b.add(u32, ctx.p.pairs, warps - 1), warps, name="push_tasks")
 
-    def raise_unsignalled(b):
+    def raise_unsignalled(b, unsignalled):
         """The counter of the row before (written: the caller waited), if there is one."""
         with b.if_then(b.setp("ne", u64, unsignalled, 0, name="row_unsignalled")):
             signal(b, unsignalled, 1, sem=Sem.RELEASE, scope=Scope.SYS)
@@ -251,6 +245,8 @@ def push_roles(warps: int, chunk: int) -> dict:
         warp, lane = b.shr(u32, ctx.tid, 5, name="push_warp"), b.and_(b32, ctx.tid, 31, name="push_lane")
         j = b.mad(u32, task, warps, warp, mode="lo", name="send_index")
         mine = b.setp("lt", u32, j, ctx.p.pairs, combine="and", c=b.setp("eq", u32, lane, 0), name="pusher")
+        # carried over the tasks: the pusher's rows through its buffer, and its last row's counter (0: none)
+        phase, unsignalled = b.carried(u32, 0, name="push_phase"), b.carried(u64, 0, name="unsignalled")
         with b.if_then(mine):
             def word(name, i):
                 return address(b.mad(u64, b.cvt(u64, u32, i), 4, ctx.p[name], mode="lo"))
@@ -280,14 +276,14 @@ def push_roles(warps: int, chunk: int) -> dict:
                     b.bulk_commit_group()
                 b.bulk_wait_group(1)                          # the rows before this one are written
                 b.fence_proxy_async("global")
-                raise_unsignalled(b)
+                raise_unsignalled(b, unsignalled)
                 blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
                 b.mov(u64, flag_address(b, ctx.layouts["arrivals"], owner, blk), into=unsignalled)
-        last = b.setp("ge", u32, b.add(u32, task, ctx.p.num_comm_sms), push_tasks,
+        last = b.setp("ge", u32, b.add(u32, task, ctx.p.num_comm_sms), comm_tasks(ctx),
                       name="last_push_task")
         with b.if_then(b.setp("eq", u32, lane, 0, combine="and", c=last, name="flush_pusher")):
             publish_async_writes(b)                           # the last row is written, not only read out
-            raise_unsignalled(b)
+            raise_unsignalled(b, unsignalled)
 
     return dict(comm_tasks=comm_tasks, communicator=communicator)
 

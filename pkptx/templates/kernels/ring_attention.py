@@ -237,7 +237,6 @@ def build(cfg: Config = Config()):
     t, parts = communicating(cfg, RingPlan(cfg), announce=announce, params=PARAMS, layouts=(KR, VR, ARRIVE),
                              comm_buffers=(Buffer("relay_staging", lanes * stages * chunk_bytes, 1024),),
                              rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
-    relayed = None          # a lane's count of chunks through its stages, made before the task loop
 
     def relay(ctx, lane, dst, src, nbytes) -> None:
         """This lane's chunks (``lane``, ``lane + lanes``, ...) of ``nbytes`` from ``src`` (local) to
@@ -246,6 +245,7 @@ def build(cfg: Config = Config()):
         b = ctx.b
         own = StageRing(b.mad(u32, lane, 8 * stages, ctx.rings["relay"].base, mode="lo", name="relay_bars"), stages)
         buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["relay_staging"], mode="lo", name="relay_buf")
+        relayed = b.carried(u32, 0, name="relayed")          # the lane's chunks through its stages, over the tasks
         stream_copy(b, Pipeline((own,), uses=relayed), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
                     deadline=ctx.deadline, first=lane, stride=lanes)
 
@@ -257,8 +257,6 @@ def build(cfg: Config = Config()):
                      name="padded_pieces")
 
     def comm_tasks(ctx):
-        nonlocal relayed
-        relayed = ctx.b.mov(u32, 0, name="relayed")
         return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
 
     def forward(ctx, task):

@@ -149,11 +149,8 @@ def build(cfg: Config = Config()):
                              layouts=(ARRIVE, LSE), tensor_maps=MAPS,
                              comm_buffers=(Buffer("push_staging", lanes * lane_bytes, 1024),),
                              rings=lambda base: base.rings + (Ring("push", lanes, 1),))
-    phase = None            # a lane's count of pieces through its buffer, made before the task loop
 
     def comm_tasks(ctx):
-        nonlocal phase
-        phase = ctx.b.mov(u32, 0, name="piece_phase")
         return ctx.b.div(u32, ctx.b.add(u32, ctx.p.pieces, lanes - 1), lanes, name="push_tasks")
 
     def await_ranks(ctx):
@@ -190,6 +187,7 @@ def build(cfg: Config = Config()):
             q_head = b.mad(u32, dest, ctx.p.local_heads, b.mul(u32, g, group, mode="lo"), mode="lo",
                            name="src_q_head")
             kv_head = b.mad(u32, dest, local_kv, g, mode="lo", name="src_kv_head")
+            phase = b.carried(u32, 0, name="piece_phase")       # the lane's pieces through its buffer, over the tasks
             pipe = Pipeline.bounce(ctx.rings["push"].bar(b, lane), phase=phase)
             pipe.acquire(b)                               # the lane's last piece has left shared memory
             bar = pipe.commit(b, ctx.p.piece_bytes)
