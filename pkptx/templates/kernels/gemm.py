@@ -109,23 +109,20 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
 
 @dataclass
 class KLoop:
-    """The registers the GEMM's prologue makes for its roles (and a kernel that composes them): ``it``
-    counts k-blocks through the stage ring (its stage and phase), ``k_blocks`` is ceil(K / TILE_K),
-    ``tiles_m`` the tile rows (the parameter, or what the composing kernel's prologue counts)."""
-    it: Reg | None = None
+    """What the GEMM's prologue makes for its roles (and a kernel that composes them): ``pipe``, the
+    k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp) counted by
+    ``it``; ``k_blocks`` = ceil(K / TILE_K); ``tiles_m``, the tile rows (the parameter, or what the
+    composing kernel's prologue counts)."""
+    pipe: Pipeline | None = None
     k_blocks: Reg | None = None
     tiles_m: Reg | None = None
-
-    def pipeline(self, ctx) -> Pipeline:
-        """The k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp)."""
-        return Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=self.it)
 
 
 def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
     """The loader lane's work for k-block ``kb``: wait for a free stage, announce its bytes, TMA-load A's
     rows from ``row`` and B's from ``col`` (``b_extra``: B's further coordinates, e.g. the expert of a
     grouped GEMM), then advance the ring."""
-    b, pipe = ctx.b, loop.pipeline(ctx)
+    b, pipe = ctx.b, loop.pipe
     stage = pipe.acquire(b, deadline=ctx.deadline).stage
     full = pipe.commit(b, cfg.a_bytes + cfg.b_bytes, stage=stage)
     k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
@@ -162,7 +159,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def prologue(ctx):
         b = ctx.b
-        loop.it = b.mov(u32, 0, name="it")
+        loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=b.mov(u32, 0, name="it"))
         loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
         loop.tiles_m = ctx.p.tiles_m
 
@@ -186,7 +183,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         acc = b.regs(f32, cfg.tile_n // 2, name="acc")
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
-        pipe = loop.pipeline(ctx)
+        pipe = loop.pipe
         for kb in b.range(kb_first, kb_end, name="kb"):
             stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
             a_tile = b.mad(u32, stage, cfg.a_bytes, b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo"),
