@@ -6,12 +6,13 @@ reaches 0.96 of cuMemcpyDtoDAsync at 1 GiB (bench/RESULTS.md).
 """
 from __future__ import annotations
 
-from ..launch import Device
+from ..launch import Device, LaunchConfig
 from ..launch.array import DeviceArray
 from ..launch.occupancy import context_sm_count
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.kernels import copy as kernel
 from .common import ArgumentError, load
+from .launches import launch
 
 
 def bulk_copy(dst: DeviceArray, src: DeviceArray, nbytes: int | None = None, *, config: kernel.Config | None = None,
@@ -30,14 +31,19 @@ def bulk_copy(dst: DeviceArray, src: DeviceArray, nbytes: int | None = None, *, 
     if not isinstance(nbytes, int) or nbytes % 16 or not 0 <= nbytes <= min(src.nbytes, dst.nbytes):
         raise ArgumentError(f"bulk_copy: nbytes={nbytes!r} must be a multiple of 16 in 0..{min(src.nbytes, dst.nbytes)}"
                             " (the smaller array)")
-    ns = device_timeout_ns(None, timeout, timeout_ns, "bulk_copy: timeout")
-    cfg = config or kernel.Config()
     if not isinstance(ctas_per_sm, int) or not 1 <= ctas_per_sm <= 32:
         raise ArgumentError(f"bulk_copy: ctas_per_sm must be an int in 1..32, got {ctas_per_sm!r}")
     if nbytes == 0:
         return dst
-    device = Device.current()
-    grid = min(context_sm_count(device) * ctas_per_sm, -(-nbytes // cfg.chunk))     # no block waits on another
-    load(kernel.build, cfg, device)[grid, 32, cfg.smem_bytes](dst, src, nbytes, device_status(device).ptr, ns,
-                                                              stream=stream)
+    launch("bulk_copy", (dst, src), (nbytes, config, ctas_per_sm, timeout_ns, timeout), stream,
+           lambda: _prepare(dst, src, nbytes, config or kernel.Config(), ctas_per_sm,
+                            device_timeout_ns(None, timeout, timeout_ns, "bulk_copy: timeout")))
     return dst
+
+
+def _prepare(dst, src, nbytes, cfg, ctas_per_sm, timeout_ns):
+    device = Device.current()
+    launchable = load(kernel.build, cfg, device)
+    grid = min(context_sm_count(device) * ctas_per_sm, -(-nbytes // cfg.chunk))     # no block waits on another
+    return launchable.prepare(LaunchConfig(grid, launchable.threads), dst=dst.ptr, src=src.ptr, nbytes=nbytes,
+                              status=device_status(device).ptr, timeout_ns=timeout_ns).launch

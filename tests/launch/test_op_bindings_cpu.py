@@ -37,6 +37,7 @@ def _calls(heap):
     x = heap.alloc((64, 32), BF16)
     return {
         "gemm": lambda: pkptx.gemm(a, b),
+        "bulk_copy": lambda: pkptx.bulk_copy(empty((4096,), np.uint8), empty((4096,), np.uint8)),
         "grouped_gemm": lambda: pkptx.grouped_gemm(_bf16(128, 64), _bf16(2, 256, 64), empty((2,), np.int32)),
         "attention": lambda: pkptx.attention(q, kv, kv, lse=empty((1, 2, 128), np.float32)),
         "attention_merge": lambda: pkptx.attention_merge(q, empty((1, 2, 128), np.float32), q,
@@ -56,7 +57,7 @@ def _calls(heap):
     }
 
 
-NAMES = ["gemm", "grouped_gemm", "attention", "attention_merge", "gemm_rs", "gemm_ar", "ag_gemm", "ring_attention",
+NAMES = ["gemm", "bulk_copy", "grouped_gemm", "attention", "attention_merge", "gemm_rs", "gemm_ar", "ag_gemm", "ring_attention",
          "ulysses_attention", "moe_dispatch", "moe_dispatch_gemm", "all_reduce", "all_gather", "reduce_scatter",
          "all_to_all"]
 
