@@ -23,7 +23,9 @@ SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 409
 CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1, pingpong=True),
                    Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=2, pingpong=True)],
               128: [Config(head_dim=128, consumers=2), Config(head_dim=128, consumers=2, pingpong=True),
-                    Config(head_dim=128, consumers=2, q_stages=1, pingpong=True)]}
+                    Config(head_dim=128, consumers=2, q_stages=1, pingpong=True),
+                    Config(head_dim=128, consumers=2, rebalance=True),
+                    Config(head_dim=128, consumers=2, pingpong=True, rebalance=True)]}
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

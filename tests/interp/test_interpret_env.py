@@ -117,6 +117,25 @@ def test_gemm_128x256x64(layout, out_dtype):
     assert err <= 1e-2, f"relative Frobenius error {err:.3g}"
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_with_reversed_rounds(causal, monkeypatch):
+    """A tail (300 rows: 3 query blocks), 2 heads: 6 tasks on 2 blocks, so round 1 runs reversed
+    (attention.zigzag); O and LSE against float64."""
+    from pkptx.ops import attention as op
+    from pkptx.templates.kernels import attention as kernel
+    monkeypatch.setattr(op, "grid_size", lambda launchable, tasks: 2)
+    rng = np.random.default_rng()
+    q, k, v = (rng.standard_normal((1, 300, 2, 64), dtype=np.float32).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out = empty(q.shape, ml_dtypes.bfloat16).fill(np.nan)
+    lse = empty((1, 2, 300), np.float32).fill(np.nan)
+    pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse)
+    pkptx.synchronize()
+    ref, ref_lse = kernel.reference(q, k, v, causal=causal)
+    got = out.to_numpy().astype(np.float64)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 1e-2
+    assert np.abs(lse.to_numpy() - ref_lse).max() < 2e-2
+
+
 @settings(max_examples=10)
 @given(units=st.integers(1, 4096), seed=st.integers(0, 2**32 - 1))
 def test_bulk_copy(units, seed):

@@ -152,6 +152,8 @@ class RingPlan(PeerPlan):
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
+        if self.cfg.causal:
+            task = attention.zigzag(ctx, task)
         q_blocks, heads, chunk = ctx.p.q_blocks, ctx.p.heads, ctx.p.chunk
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
@@ -238,14 +240,14 @@ def build(cfg: Config = Config()):
                              comm_buffers=(Buffer("relay_staging", lanes * stages * chunk_bytes, 1024),),
                              rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
 
-    def relay(ctx, lane, dst, src, nbytes) -> None:
+    def relay(ctx, lane, relayed, dst, src, nbytes) -> None:
         """This lane's chunks (``lane``, ``lane + lanes``, ...) of ``nbytes`` from ``src`` (local) to
-        ``dst`` (a peer) through its own ``stages`` stages of shared memory and mbarriers (:func:`stream_copy`): the lanes' copies
-        overlap, and each lane's loads run ahead of its stores."""
+        ``dst`` (a peer) through its own ``stages`` stages of shared memory and mbarriers
+        (:func:`stream_copy`, its position ``relayed``): the lanes' copies overlap, and each lane's loads
+        run ahead of its stores."""
         b = ctx.b
         own = StageRing(b.mad(u32, lane, 8 * stages, ctx.rings["relay"].base, mode="lo", name="relay_bars"), stages)
         buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["relay_staging"], mode="lo", name="relay_buf")
-        relayed = b.carried(u32, 0, name="relayed")          # the lane's chunks through its stages, over the tasks
         stream_copy(b, Pipeline((own,), uses=relayed), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
                     deadline=ctx.deadline, first=lane, stride=lanes)
 
@@ -290,6 +292,7 @@ def build(cfg: Config = Config()):
             own = b.setp("eq", u32, step, 1, name="own_shard")
             local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
             flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
+            relayed = b.carried(u32, 0, name="relayed")     # the lane's chunks through its stages, over K, V, tasks
             with b.if_then(b.not_("pred", own, name="forwarded")):
                 await_piece(ctx, flag, src, lanes, deadline=ctx.deadline)
             for x, lay in (("k", "kr"), ("v", "vr")):
@@ -297,7 +300,7 @@ def build(cfg: Config = Config()):
                 src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.p.row_bytes, mode="wide"))
                 dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.p.row_bytes,
                                                                            mode="wide"))
-                relay(ctx, ctx.tid, dst_addr, src_addr, nbytes)
+                relay(ctx, ctx.tid, relayed, dst_addr, src_addr, nbytes)
             publish_async_writes(b)
             signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
