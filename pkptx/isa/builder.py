@@ -138,7 +138,7 @@ class Builder(DataOps, ArithOps, SyncOps, AsyncOps, MmaOps):
     def carried(self, ty: PtxType | str, value: int | float, name: str | None = None) -> Reg:
         """A register set to the constant ``value`` at the kernel's entry, wherever this is called: a count
         a role carries across its tasks (the role's code is emitted once, inside its task loop; the entry
-        runs once per thread)."""
+        runs once per thread). Each call is a new register: make a count once, where its users see it."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PTXBuildError(f"carried: value must be a Python int or float, got {value!r}", _origin_text())
         with self.kernel.at_entry():
