@@ -41,7 +41,7 @@ TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120, None),
                ("moe", "tests/templates/test_moe_gpu.py", 300, None),
                ("moe_quick", "tests/templates/test_moe_gpu.py", 90, "grouped_gemm or (layer and 2rank and not mps)"),
                ("graph", "tests/templates/test_graph_gpu.py", 300, None),
-               ("graph_quick", "tests/templates/test_graph_gpu.py", 120, "2rank and not mps or refused")]
+               ("graph_quick", "tests/templates/test_graph_gpu.py", 180, "2rank and not mps or refused")]
 SANITIZED = [("sanitizer", ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "3", sys.executable,
                             "probe/attention_smoke.py", "--small"], 300)]   # memcheck on a small case
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)

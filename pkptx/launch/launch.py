@@ -196,17 +196,6 @@ def pack_to(state, args):
         state = self._state(thread_local=False)
         return self._pack_to(state, args), state
 
-    def writer(self, state, name: str):
-        """A function of one value that rewrites scalar argument ``name`` alone in ``state`` (a buffer of
-        :meth:`pack_owned`): ``struct.pack_into`` at its offset, range-checked by ``struct``."""
-        i = self.signature.index(name)
-        p = self.params[i]
-        code, conv = _slot(p)
-        if p.kind is not Kind.SCALAR or conv is not None:
-            raise LaunchError(f"kernel '{self.entry}': argument '{name}' ({p.kind}, .{p.type.name}) cannot be "
-                              "rewritten in place; only integer and float scalars can")
-        return functools.partial(struct.Struct("<" + code).pack_into, state[0], state[1] + self.offsets[i])
-
     def _state(self, thread_local: bool = True):
         buf = ctypes.create_string_buffer(self.size + self._align)
         base = ctypes.addressof(buf)
@@ -376,13 +365,6 @@ class PreparedLaunch:
         self._direct = None if python else direct_launch()
         # ctypes values made once: converting Python ints at each call costs more than the call
         self._function, self._c_params = ctypes.c_void_p(int(self._handle)), ctypes.c_void_p(self._params)
-
-    def writer(self, name: str):
-        """A function of one value that replaces scalar argument ``name`` in the packed arguments, for a
-        value that changes with every launch (an epoch numbered on the host): checked here, once; a call
-        is one ``struct.pack_into``. The driver copies the arguments at each launch, so a write never
-        changes a launch already queued."""
-        return self.kernel.packer.writer(self._buffer, name)
 
     def launch(self, stream=None) -> None:
         """Queue the launch on ``stream`` (None: the default stream; anything :func:`stream_handle` takes)."""

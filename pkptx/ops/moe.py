@@ -25,7 +25,7 @@ from ..templates.kernels import moe_dispatch_gemm as fused_kernel
 from .common import ArgumentError, dtype_name, load
 from .gemm import choose_config
 from .launches import array, launch, tensor_map
-from .plan import heap_ops, heap_state
+from .plan import HeapOps, heap_ops, heap_state
 
 
 class MoeArgumentError(ArgumentError):
@@ -136,8 +136,6 @@ def _prepare_grouped(x, w, offsets, out, w_layout, config, timeout_ns, timeout):
 
 
 # ------------------------------------------------------------------------------------ expert parallelism
-_MASK32 = (1 << 32) - 1
-
 
 @dataclass(frozen=True)
 class Routing:
@@ -192,13 +190,15 @@ def check_routing(x_shape, x_dtype, ids_shape, ids_dtype, weights_shape, weights
 
 class _MoeState:
     """Per heap and routing shape: the symmetric buffers (receive rows, count matrix, arrival counters,
-    ready flag) and the per-rank outputs of route (slots, receive layout)."""
+    ready flags with route's launch count) and the per-rank outputs of route (slots, receive layout)."""
 
-    def __init__(self, heap: SymmetricHeap, r: Routing):
+    def __init__(self, ops: HeapOps, r: Routing):
+        heap = ops.heap
         self.recv = heap.alloc((r.capacity, r.hidden), r.dtype)
         self.counts = heap.alloc((r.world, r.num_experts), np.uint32)
         self.arrivals = heap.alloc((r.blocks,), np.uint32)
-        self.ready = FlagArray(heap, 1)
+        # kept by the heap's ops on its own, so that heap.reset() zeroes it (route counts its launches there)
+        self.ready = ops.kept(("moe ready", r), lambda: FlagArray(heap, dispatch_kernel.READY_WORDS))
         self.slots = empty((r.tokens, r.topk), np.int32)
         self.order = empty((r.tokens * r.topk,), np.int32)
         self.offsets = empty((r.local,), np.int32)
@@ -206,7 +206,8 @@ class _MoeState:
 
 def _moe_state(heap: SymmetricHeap, r: Routing) -> _MoeState:
     """The layer's buffers for this routing shape on ``heap``, made on first use, gone with the heap."""
-    return heap_ops("moe_dispatch", heap, heap.world).kept(("moe", r), lambda: _MoeState(heap, r))
+    ops = heap_ops("moe_dispatch", heap, heap.world)
+    return ops.kept(("moe", r), lambda: _MoeState(ops, r))
 
 
 @dataclass
@@ -243,7 +244,7 @@ def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[D
     layouts.launch(kernel, stream, timeout_ns, work=1,
                    ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
                    order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks,
-                   epoch=state.ready.advance() & _MASK32, **layouts.layout_args("counts", state.counts),
+                   **layouts.layout_args("counts", state.counts),
                    **layouts.layout_args("ready", state.ready.buffer),
                    **layouts.layout_args("arrivals", state.arrivals))
     return Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state

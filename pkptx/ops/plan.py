@@ -102,9 +102,10 @@ class HeapOps:
         return plan
 
     def kept(self, key, make: Callable[[], object]):
-        """What the heap's ops share across plans (an op's receive buffers, a table of tensor maps over
-        its buffers): ``make()`` on first use of ``key`` (every rank in the same order: it may allocate
-        from the heap), then the same object until the heap closes."""
+        """What the heap's ops share across plans (an op's receive buffers and flag arrays, a table of
+        tensor maps over its buffers): ``make()`` on first use of ``key`` (every rank in the same order:
+        it may allocate from the heap), then the same object until the heap closes. A FlagArray kept
+        here is zeroed by ``heap.reset()`` with the heap's own flags."""
         thing = self._kept.get(key)
         if thing is None:
             thing = self._kept[key] = make()
@@ -156,12 +157,13 @@ class HeapOps:
 
     # ------------------------------------------------------------------- heap events
     def _reset(self) -> None:
-        """Inside SymmetricHeap.reset: every counter this heap's kernels keep back to 0 on this rank."""
+        """Inside SymmetricHeap.reset: every counter this heap's kernels keep back to 0 on this rank: the
+        heap's flags, and the flag arrays its plans own and its ops keep."""
         self.flags.zero()
-        for plan in self.plans.values():
-            for thing in plan.owned:
-                if isinstance(thing, FlagArray):
-                    thing.zero()
+        owned = [thing for plan in self.plans.values() for thing in plan.owned]
+        for thing in owned + list(self._kept.values()):
+            if isinstance(thing, FlagArray):
+                thing.zero()
         self.status.clear()
         _unchecked.discard(self)
 

@@ -17,9 +17,10 @@ a DeviceTimeoutError naming it. Every argument is checked before any GPU work (`
 ``check_ulysses`` do it on shapes alone).
 
 A call's launch is prepared once per operands and options (the key of :func:`.launches.launch_key`) and
-kept in the op's plan on the heap (:mod:`.plan`), so a repeated call is a lookup and a launch; the
-kernels take the epoch they stamp their flags with as an argument, which the kept launch rewrites in
-its packed arguments at every call (``_Stamped``).
+kept in the op's plan on the heap (:mod:`.plan`), so a repeated call is a lookup and a launch. The
+kernels count their launches in a word of their own flag array (device memory, advanced by each launch:
+:func:`pkptx.templates.progress.read_launch_count`), so their arguments never change between calls and a
+captured call replays correctly; ``heap.reset()`` zeroes those flags with the heap's own.
 """
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ from .common import dtype_name, load
 from .launches import launch_key, tensor_map
 from .plan import Plan, buffer_key, heap_state, lookup, refuse_capture
 
-_MASK32 = (1 << 32) - 1
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
 SM_PUSH = 12e9                # bytes/s a ring communicator block moves (six threads of bulk copies), and
 SM_PUSH_ONE = 10e9            # a Ulysses one (one thread, one piece in flight): H200, MPS 50/50, 2 ranks,
@@ -111,7 +111,7 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     q_blocks = -(-chunk // cfg.attention.rows)
     return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
-                pieces=batch * cfg.halves * k_blocks, flags=1 + batch * world_size * cfg.halves * k_blocks,
+                pieces=batch * cfg.halves * k_blocks, flags=2 + batch * world_size * cfg.halves * k_blocks,
                 row_bytes=kv_heads * dim * 2,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,
@@ -141,7 +141,7 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
                 local_heads=heads // world_size, local_kv_heads=local_kv, q_blocks=q_blocks,
                 tasks=batch * (heads // world_size) * world_size * q_blocks, piece_rows=rows, row_pieces=row_pieces,
                 pieces=batch * local_kv * (world_size - 1) * row_pieces, piece_bytes=rows * dim * 2 * (group + 2),
-                flags=world_size + batch * world_size * local_kv,
+                flags=1 + world_size + batch * world_size * local_kv,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
                     4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),
@@ -150,8 +150,9 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
 
 # ------------------------------------------------------------------ receive buffers in a symmetric heap
 class _Workspace:
-    """Receive buffers and flag arrays per (purpose, shapes), in the caller's heap or a private one;
-    forgotten when their heap closes (a later heap may have the same ``id``)."""
+    """Receive buffers per (purpose, shapes), in the caller's heap or a private one; forgotten when their
+    heap closes (a later heap may have the same ``id``). Their flag arrays are kept by the heap's ops
+    (:meth:`.plan.HeapOps.kept`), which zero them in ``heap.reset()``."""
 
     def __init__(self):
         self.private: dict[int, SymmetricHeap] = {}
@@ -219,22 +220,20 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
     return _agreed[key]
 
 
-class _Stamped:
-    """A kept call's step: its prepared launch, whose ``epoch`` argument (the number the kernel stamps
-    its flags with, counted on the host) is set to the flag array's next epoch before every launch;
-    every other argument was packed once. ``out``: the buffer the launch writes its result into, when
-    the op supplies it."""
-    __slots__ = ("set_epoch", "flags", "launch", "out")
+class _Kept:
+    """A kept call's step: its prepared launch, every argument packed once (nothing a kernel needs from
+    earlier calls is an argument). ``out``: the buffer the launch writes its result into, when the op
+    supplies it."""
+    __slots__ = ("launch", "out")
 
-    def __init__(self, launch, flags: FlagArray, out=None):
-        self.set_epoch, self.flags, self.launch, self.out = launch.writer("epoch"), flags, launch.launch, out
+    def __init__(self, launch, out=None):
+        self.launch, self.out = launch.launch, out
 
     def __call__(self, stream) -> None:
-        self.set_epoch(self.flags.advance() & _MASK32)
         self.launch(stream)
 
 
-def _run(op: str, world, heap, key, stream, make) -> _Stamped:
+def _run(op: str, world, heap, key, stream, make) -> _Kept:
     """Queue one call: the step kept for ``key`` (the call's operands and options, as
     :func:`.launches.launch_key` makes it; None: never kept) in the op's plan on its heap, else
     ``make()``'s, which returns (the HeapOps of the heap the launch uses, the step) after every check.
@@ -281,24 +280,27 @@ def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeo
     p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
     ring_shape = (p["batch"], w * p["seq"], p["kv_heads"], p["dim"])
     ring_bytes = 2 * math.prod(ring_shape) * 2 + 4 * p["flags"]
-    kr, vr, arrive = _workspace.get(world, heap, ("ring", ring_shape, str(q.dtype), halves), ring_bytes, lambda h: (
-        h.alloc(ring_shape, q.dtype), h.alloc(ring_shape, q.dtype), FlagArray(h, p["flags"])))
+    key = ("ring", ring_shape, str(q.dtype), halves)
+    kr, vr = _workspace.get(world, heap, key, ring_bytes, lambda h: (h.alloc(ring_shape, q.dtype),
+                                                                     h.alloc(ring_shape, q.dtype)))
+    state = heap_state(kr)
+    # a flag reaches `lanes` per launch: kernels of other relay lanes count in flags of their own
+    arrive = state.kept(key + ("arrive", cfg.lanes), lambda: FlagArray(kr.heap, p["flags"]))
     device = Device.current()
     kernel = load(ring_kernel.build, cfg, device)
     b, c, heads, kvh, d = p["batch"], p["chunk"], p["heads"], p["kv_heads"], p["dim"]
     maps = dict(tmap_q=_view(q, (b, halves, c, heads, d)), tmap_o=_view(out, (b, halves, c, heads, d)),
                 tmap_k=_view(k, (b, halves, c, kvh, d)), tmap_v=_view(v, (b, halves, c, kvh, d)),
                 tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
-    state = heap_state(kr)
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
     launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
                            **{n: tensor_map(a, BOX5) for n, a in maps.items()},
                            lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
                            q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
-                           pieces=p["pieces"], row_bytes=p["row_bytes"], epoch=0, scale_log2=scale * math.log2(math.e),
+                           pieces=p["pieces"], row_bytes=p["row_bytes"], scale_log2=scale * math.log2(math.e),
                            **state.layout_args("kr", kr), **state.layout_args("vr", vr),
                            **state.layout_args("arrive", arrive.buffer))
-    return state, _Stamped(launch, arrive)
+    return state, _Kept(launch)
 
 
 def _map_table(buf: SymmetricBuffer, dtype, shape, box, swizzle) -> DeviceArray:
@@ -352,8 +354,10 @@ def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, ti
     nbytes = sum(math.prod(x) for x in gathered.values()) * 2 + 4 * p["flags"]
 
     key = ("ulysses", tuple(q.shape), tuple(k.shape), str(q.dtype))
-    bufs, arrive = _workspace.get(world, heap, key, nbytes, lambda h: (
-        {x: h.alloc(shape, q.dtype) for x, shape in gathered.items()}, FlagArray(h, p["flags"])))
+    bufs = _workspace.get(world, heap, key, nbytes, lambda h: {x: h.alloc(shape, q.dtype)
+                                                                for x, shape in gathered.items()})
+    state = heap_state(bufs["q"])
+    arrive = state.kept(key + ("arrive",), lambda: FlagArray(bufs["q"].heap, p["flags"]))
     if out is None:
         out = _workspace.get(world, heap, key + ("out",), q.nbytes, lambda h: h.alloc(q.shape, q.dtype))
     if lse is None:
@@ -372,15 +376,14 @@ def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, ti
         tables[f"{x}g_tmaps"] = _map_table(bufs[x], q.dtype, (b, w, s, local, d), (1, 1, rows, box_heads, d),
                                            None)
     tables["o_tmaps"] = _map_table(out, q.dtype, q.shape, BOX, 128)
-    state = heap_state(bufs["q"])
     scale = d ** -0.5 if scale is None else float(scale)
     launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
                            **maps, **tables, tasks=p["tasks"], q_blocks=p["q_blocks"], heads=p["heads"],
                            local_heads=hl, local_kv_heads=kvl, group=group, seq=s, piece_rows=rows,
-                           row_pieces=p["row_pieces"], pieces=p["pieces"], piece_bytes=p["piece_bytes"], epoch=0,
+                           row_pieces=p["row_pieces"], pieces=p["pieces"], piece_bytes=p["piece_bytes"],
                            scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer),
                            **state.layout_args("lse", lse))
-    return state, _Stamped(launch, arrive, out)
+    return state, _Kept(launch, out)
 
 
 __all__ = ["ring_attention", "ulysses_attention", "check_ring", "check_ulysses", "SequenceArgumentError"]

@@ -55,8 +55,10 @@ class Ctx:
     index within its role (``role_tid`` of ``role_threads``). With tickets (:mod:`.progress`): ``ticket``,
     the counters the previous launch left (``launch_base``, ``rounds_base``) and ``epoch``, this
     launch's number on the heap (the same on every rank; flags stamped with it need no host-side count,
-    so graph replays stay correct). Registers of a kernel's own (loop counters, a tile's bounds) live
-    in the part that makes them, not here."""
+    so graph replays stay correct). ``launch``: for a kernel that counts its own launches in its flags,
+    this launch's number among them, which its prologue sets (:func:`.progress.read_launch_count`) and
+    its roles wait on. Registers of a kernel's own (loop counters, a tile's bounds) live in the part
+    that makes them, not here."""
     b: Builder
     kernel: Kernel
     rank: Reg
@@ -71,6 +73,7 @@ class Ctx:
     launch_base: Reg | None = None
     rounds_base: Reg | None = None
     epoch: Reg | None = None
+    launch: Reg | None = None
     closed: bool = False
     role_tid: Reg | None = None
     role_threads: int = 0

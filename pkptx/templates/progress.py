@@ -28,12 +28,17 @@ last round rank p reached, written only by rank p (``st.release.sys``), so a wai
 is missing. Thread 0 of each block reads LAUNCH_BASE and ROUNDS on entry (written by the previous
 launch, which the stream ordered before this one); the last block to finish writes both after the
 closing barrier. A launch's ``epoch`` (ROUNDS on entry + 1) is the same on every rank, grows with
-every launch on the heap, and is what the fused kernels stamp their flags with. Every comparison is a
-wrap-safe signed difference. Launches on one heap must be ordered (one stream, or events), as the
-counters are shared; after a timeout the words are out of step and the heap must be reset
-(:meth:`pkptx.launch.SymmetricHeap.reset`).
+every launch on the heap, and is what the fused kernels stamp their flags with. A kernel whose flags
+are counters its peers add to a fixed number of times per launch (ring and Ulysses attention, MoE
+route) waits for a multiple of its own launch count instead, kept the same way in a word of its own
+flag array: read on entry (:func:`read_launch_count`), stored by the last block (``close_barrier``'s
+``leave``). Every comparison is a wrap-safe signed difference. Launches on one heap must be ordered
+(one stream, or events), as the counters are shared; after a timeout the words are out of step and the
+heap must be reset (:meth:`pkptx.launch.SymmetricHeap.reset`, which zeroes the ops' flag arrays too).
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 from ..errors import PTXBuildError
 from ..isa import Kind, Reg, Scope, Sem, address, u32, u64
@@ -78,6 +83,21 @@ def take_ticket(b, k, rank: Reg, flags, tid: Reg) -> tuple[Reg, Reg, Reg]:
     return tuple(b.ld(u32, address(slot, 4 * i), space="shared", name=n) for i, n in enumerate(names))
 
 
+def read_launch_count(b, word: Reg) -> Reg:
+    """This launch's number (1, 2, ...) among the launches counted in ``word``: a u32 of the kernel's
+    own flag array, local to this rank, holding how many of its launches have completed here. Read it on
+    entry, before the role split, in every thread that uses it; the last block stores the number back
+    (pass ``(word, number)`` to :func:`close_barrier`'s ``leave``).
+
+    PTX: ``ld.relaxed.gpu.global.u32 done, [word]; add.u32 launch, done, 1;``. Relaxed: the previous
+    launch's store is ordered before this launch by the stream, and in this launch only the last block
+    to finish stores, after its finish ``atom.acq_rel``, which acquires every other block's: each block
+    read the word before its ``bar.sync`` and its own finish atom, so no read sees this launch's store.
+    """
+    done = b.ld(u32, address(word), space="global", sem=Sem.RELAXED, scope=Scope.GPU, name="launches_done")
+    return b.add(u32, done, 1, name="launch")
+
+
 def open_barrier(ctx, *, multicast: bool) -> None:
     """Every rank has started this launch (so its inputs are final and its buffers may be written).
 
@@ -95,16 +115,20 @@ def open_barrier(ctx, *, multicast: bool) -> None:
     b.bar_sync(0)
 
 
-def close_barrier(ctx, round_in_launch: int, *, multicast: bool) -> None:
+def close_barrier(ctx, round_in_launch: int, *, multicast: bool, leave: Sequence[tuple[Reg, Reg]] = ()) -> None:
     """Every block of every rank is done with this launch's peer accesses (call after ``bar.sync``);
     then the launch's counters are left for the next launch.
 
     Thread 0 counts its block finished (``atom.acq_rel.sys``: releases the block's writes, which it saw
     through the ``bar.sync``, and acquires the earlier finishers'). The block that finishes last writes
     round ``rounds_base + round_in_launch`` into its slot on every rank, waits for every rank's slot to
-    reach it, and stores ROUNDS and LAUNCH_BASE (``st.relaxed.gpu``; the next launch reads them after
-    this kernel has ended); the others exit. Every kernel with tickets must end here exactly once, and
-    ``round_in_launch`` becomes its ``barrier_rounds`` (what one launch adds to ROUNDS).
+    reach it, and stores ROUNDS and LAUNCH_BASE, then each ``(address, value)`` of ``leave`` (u32 words
+    of the kernel's own, e.g. a launch count from :func:`read_launch_count`), all ``st.relaxed.gpu``:
+    the next launch reads them after this kernel has ended. The others exit. ``leave`` is pairs, not a
+    callable run in that branch, so that what runs after the closing wait stays plain local stores with
+    the one ordering stated here (a wait or a peer access there would break the barrier's promise).
+    Every kernel with tickets must end here exactly once, and ``round_in_launch`` becomes its
+    ``barrier_rounds`` (what one launch adds to ROUNDS).
     """
     if ctx.closed:
         raise PTXBuildError(f"{ctx.kernel.name}: close_barrier emitted twice; a launch ends once")
@@ -125,6 +149,8 @@ def close_barrier(ctx, round_in_launch: int, *, multicast: bool) -> None:
                  scope=Scope.GPU)
             b.st(u32, address(flag_address(b, flags, ctx.rank, LAUNCH_BASE)), b.add(u32, ctx.launch_base, nblocks),
                  space="global", sem=Sem.RELAXED, scope=Scope.GPU)
+            for word, value in leave:
+                b.st(u32, address(word), value, space="global", sem=Sem.RELAXED, scope=Scope.GPU)
 
 
 def _arrive(ctx, target: Reg, *, multicast: bool) -> None:

@@ -1,9 +1,11 @@
 """CI tier under the interpreter: the MoE layer half at world sizes 1 to 3, several ranks in one process,
 launched with the parameter values of ``pkptx.ops.moe`` (its checks ``check_routing`` / ``check_grouped``,
 its planner ``plan_grouped`` and its ``grouped_args``; the symmetric state of ``_MoeState``: receive
-rows, count matrix, arrival counters, ready flag), in the op's order on one heap: ``moe_dispatch``
-(route, push), ``moe_dispatch_gemm`` (route again, the ready flag's second epoch, then the fused push
-and first GEMM), the second GEMM (``grouped_gemm``) into a symmetric y, and ``moe_combine`` of y.
+rows, count matrix, arrival counters, ready flags), in the op's order on one heap: ``moe_dispatch``
+(route, push), ``moe_dispatch_gemm`` (route again, its second launch, then the fused push and first
+GEMM), the second GEMM (``grouped_gemm``) into a symmetric y, and ``moe_combine`` of y. And
+``moe_dispatch`` three times with the same arguments and new inputs in the same buffers (what a CUDA
+graph replay does): route counts its launches on the device (ready[ROUTES_DONE]).
 
 Checked against the kernels' numpy models with the device's own slots (a pair's row depends on arrival
 order): route's count matrix, receive layout (``layout``), slots (``check_slots``) and send order
@@ -64,8 +66,8 @@ def plan(t: int, n: int, k: int, e: int):
 
 
 class Layer:
-    """One heap's MoE state over several launches (``ops._MoeState`` and the ready flag's epochs), with
-    every rank's inputs on the device."""
+    """One heap's MoE state over several launches (``ops._MoeState``), with every rank's inputs on the
+    device."""
 
     def __init__(self, xs, ids, wts, num_experts: int, seed: int):
         w = len(xs)
@@ -77,8 +79,7 @@ class Layer:
         self.recv = ranks.symmetric((r.capacity, r.hidden), r.dtype, "recv")
         self.counts = ranks.symmetric((w, r.num_experts), np.uint32, "counts")
         self.arrivals = ranks.symmetric((r.blocks,), np.uint32, "arrivals")
-        self.ready = ranks.symmetric((1,), np.uint32, "ready", fill=0)       # FlagArray: zeroed once
-        self.epoch = 0
+        self.ready = ranks.symmetric((moe_dispatch.READY_WORDS,), np.uint32, "ready", fill=0)   # FlagArray: zeroed
         pairs = r.tokens * r.topk
         self.slots = [mach.alloc(4 * pairs, name="slots", rank=d) for d in range(w)]
         self.order = [mach.alloc(4 * pairs, name="order", rank=d) for d in range(w)]
@@ -92,17 +93,24 @@ class Layer:
     def w(self) -> int:
         return self.ranks.size
 
+    def write_inputs(self, xs, ids) -> None:
+        """New tokens and routings into the same device buffers (the launches' arguments stay)."""
+        for d in range(self.w):
+            self.x[d].write(xs[d])
+            self.ids_dev[d].write(ids[d])
+        self.xs, self.ids = xs, ids
+        self.lay = moe_dispatch.layout(ids, self.r.num_experts)
+
     # ------------------------------------------------------------------ launches, as pkptx.ops.moe
     def route(self) -> None:
-        """``ops._route``: one block (``persistent_grid(work=1)``), the ready flag's next epoch."""
+        """``ops._route``: one block (``persistent_grid(work=1)``)."""
         r, kern = self.r, kernel(moe_dispatch.build_route, moe_dispatch.Config())
-        self.epoch += 1
         for d in range(self.w):
             self.ranks.launch(d, kern, kern.req_threads[0], grid=1, smem=kern.dynamic_smem,
                               layouts=dict(counts=self.counts, ready=self.ready, arrivals=self.arrivals),
                               ids=self.ids_dev[d].base, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local,
                               slots=self.slots[d].base, order=self.order[d].base, recv_offsets=self.offsets[d].base,
-                              blocks=r.blocks, epoch=self.epoch & 0xFFFFFFFF)
+                              blocks=r.blocks)
         self.ranks.run()
 
     def push_values(self, d: int) -> dict:
@@ -288,7 +296,7 @@ def test_moe_layer(w, tokens, topk, local, hidden, ffn, kind, comm):
     layer.dispatch()
     layer.check_recv(layer.check_route("dispatch"), "dispatch")
 
-    # 2. moe_dispatch_gemm on the same heap (route's second epoch), into a poisoned receive buffer
+    # 2. moe_dispatch_gemm on the same heap (route's second launch), into a poisoned receive buffer
     for d in range(w):
         layer.recv.write(d, np.full(layer.recv.shape, np.nan, BF16))
     h_dev, hs = layer.dispatch_gemm([np.ascontiguousarray(w1[m]) for m in mine], comm)
@@ -318,3 +326,28 @@ def test_moe_layer(w, tokens, topk, local, hidden, ffn, kind, comm):
     for d in range(w):
         ref = moe_combine.reference(ys, ids[d], slots[d], wts[d], local)
         assert_close(outs[d], ref, out_dtype, 1, f"combine rank {d}")
+
+
+@pytest.mark.parametrize("w, tokens, topk, local", [(1, 20, 2, 2), (2, 24, 2, 2), (3, 12, 2, 1)])
+def test_moe_dispatch_launched_again_with_the_same_arguments(w, tokens, topk, local):
+    """Three dispatches whose launches keep their arguments, new tokens and routings in the same buffers
+    each time (a graph replay): route's wait for every rank's counts expects its own launch count, so
+    no call goes ahead on the previous call's counts."""
+    experts, hidden = local * w, 64
+    rng = np.random.default_rng(w)
+
+    def draw():
+        xs = [rng.standard_normal((tokens, hidden), dtype=np.float32).astype(BF16) for _ in range(w)]
+        return xs, [routing("random", rng, tokens, topk, experts, local, w) for _ in range(w)]
+
+    xs, ids = draw()
+    layer = Layer(xs, ids, [np.ones((tokens, topk), np.float32)] * w, experts, seed=w)
+    for call in range(3):
+        if call:
+            layer.write_inputs(*draw())
+        for d in range(w):
+            layer.recv.write(d, np.full(layer.recv.shape, np.nan, BF16))
+        layer.dispatch()
+        layer.check_recv(layer.check_route(f"dispatch {call}"), f"dispatch {call}")
+    done = [int(layer.ready.read(d)[moe_dispatch.ROUTES_DONE]) for d in range(w)]
+    assert done == [3] * w, f"ready[ROUTES_DONE] after 3 routes: {done}"

@@ -3,7 +3,9 @@ relays, GQA, tails) and Ulysses attention (heads split over the ranks) at world 
 ranks in one process, launched with the parameter values of ``pkptx.ops.sequence`` (its planners
 ``check_ring`` / ``check_ulysses``, its tensor-map views and boxes, its tables of peers' maps), against
 the kernels' float64 references: O by the bf16 normwise rule, LSE (natural log, f32) within 2e-2. Outputs
-start as the NaN poison; reads of never-written bytes raise; every rank's status word must stay 0."""
+start as the NaN poison; reads of never-written bytes raise; every rank's status word must stay 0. And
+the same launch again with new inputs in the same buffers (what a CUDA graph replay does: the same
+arguments), right every time: the kernels count their launches on the device (arrive[LAUNCHES])."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +25,6 @@ from .harness import DTYPES, Ranks, assert_rel
 BF16 = DTYPES["bf16"]
 COMPUTE = 2                 # compute blocks per rank besides the communicator (the work is shared by tickets)
 LSE_TOL = 2e-2              # the GPU program's bound on |LSE - reference|
-EPOCH = 1                   # the first call on fresh flag arrays (FlagArray.advance)
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,6 +49,12 @@ def _scale_log2(dim: int) -> float:
     return dim ** -0.5 * math.log2(math.e)
 
 
+def _check_calls(calls, what: str) -> None:
+    """Every call's (O, LSE, references), as :func:`run_ring` and :func:`run_ulysses` return them."""
+    for i, call in enumerate(calls):
+        _check(*call, f"{what} call {i}")
+
+
 def _check(outs, lses, refs, ref_lses, what: str) -> None:
     for r, (got, got_lse, ref, ref_lse) in enumerate(zip(outs, lses, refs, ref_lses)):
         assert not np.isnan(got).any(), f"{what} rank {r}: NaN (poison) left in O"
@@ -58,12 +65,41 @@ def _check(outs, lses, refs, ref_lses, what: str) -> None:
 
 
 # ------------------------------------------------------------------ ring attention
+def _shards(seed: int, w: int, batch: int, shard_len: int, heads: int, kv_heads: int, dim: int, causal: bool):
+    """Every rank's ring shard of a full (Q, K, V) drawn from ``seed``."""
+    full = _full(seed, batch, w * shard_len, heads, kv_heads, dim)
+    return tuple([ring_attention.shard(x, r, w, causal=causal) for r in range(w)] for x in full)
+
+
+def _calls(ranks, launches, inputs, outputs, seeds, shards, reference):
+    """The prepared launches of every rank (``launches[r]()``), once per seed: new shards written into
+    the ``inputs`` allocations, ``outputs`` (O, LSE allocations, their dtypes and shapes) poisoned with
+    NaN after the first call; then run. Returns per call (O, LSE per rank, and the references)."""
+    out = []
+    for i, seed in enumerate(seeds):
+        qkv = shards(seed)
+        if i:
+            for r in range(ranks.size):
+                for alloc, x in zip(inputs[r], qkv):
+                    alloc.write(x[r])
+                for alloc, dtype, shape in outputs[r]:
+                    alloc.write(np.full(shape, np.nan, dtype))
+        for launch in launches:
+            launch()
+        ranks.run()
+        got = [[alloc.read(dtype, shape) for alloc, dtype, shape in outputs[r]] for r in range(ranks.size)]
+        out.append(([o for o, _ in got], [x for _, x in got], *reference(*qkv)))
+    return out
+
+
 def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, causal: bool, batch: int = 1,
-             relay: dict | None = None, comm: int = 1, seed: int = 0):
-    """Every rank's (O, LSE) of a ring attention launched as ``pkptx.ops.sequence.ring_attention`` does,
-    and the float64 references."""
-    q, k, v = _full(seed, batch, w * shard_len, heads, kv_heads, dim)
-    qs, ks, vs = ([ring_attention.shard(x, r, w, causal=causal) for r in range(w)] for x in (q, k, v))
+             relay: dict | None = None, comm: int = 1, seed: int = 0, calls: int = 1):
+    """Per call (``calls`` of one prepared launch per rank, new inputs each time): every rank's (O, LSE)
+    of a ring attention launched as ``pkptx.ops.sequence.ring_attention`` does, and the float64
+    references."""
+    shards = functools.partial(_shards, w=w, batch=batch, shard_len=shard_len, heads=heads, kv_heads=kv_heads,
+                               dim=dim, causal=causal)
+    qs, ks, vs = shards(seed)
     cfg = ring_attention.default_config("bf16", dim, causal)
     if relay:
         cfg = dataclasses.replace(cfg, **relay)
@@ -77,27 +113,34 @@ def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, cau
     ring_shape = (batch, w * shard_len, kv_heads, dim)
     kr, vr = ranks.symmetric(ring_shape, BF16, "kr"), ranks.symmetric(ring_shape, BF16, "vr")
     arrive = ranks.symmetric((p["flags"],), np.uint32, "arrive", fill=0)
-    outs, lses = [], []
+    launches, inputs, outputs = [], [], []
     for r in range(w):
         q_dev, k_dev, v_dev = (mach.from_numpy(x[r], name=n, rank=r) for n, x in (("q", qs), ("k", ks), ("v", vs)))
         out = mach.alloc(qs[r].nbytes, name="o", rank=r)
         lse = mach.alloc(4 * math.prod(lse_shape), name="lse", rank=r)
-        outs.append(out)
-        lses.append(lse)
+        inputs.append((q_dev, k_dev, v_dev))
+        outputs.append(((out, BF16, qs[0].shape), (lse, np.float32, lse_shape)))
         q_view, kv_view = (batch, halves, c, heads, dim), (batch, halves, c, kv_heads, dim)
         ring_view = (batch, w * halves, c, kv_heads, dim)
         views = dict(q=(q_dev.base, q_view), o=(out.base, q_view), k=(k_dev.base, kv_view), v=(v_dev.base, kv_view),
                      kr=(kr.ptr(r), ring_view), vr=(vr.ptr(r), ring_view))
         maps = {f"tmap_{n}": ranks.tensor_map(ptr, BF16, shape, BOX5) for n, (ptr, shape) in views.items()}
-        ranks.launch(r, kern, kern.req_threads[0], layouts=dict(kr=kr, vr=vr, arrive=arrive), grid=_grid(p),
-                     smem=kern.dynamic_smem, num_comm_sms=p["num_comm_sms"], **maps,
-                     lse=lse.base, k_local=k_dev.base, v_local=v_dev.base, tasks=p["tasks"], q_blocks=p["q_blocks"],
-                     heads=heads, group=heads // kv_heads, chunk=c, k_blocks=p["k_blocks"], pieces=p["pieces"],
-                     row_bytes=p["row_bytes"], epoch=EPOCH, scale_log2=_scale_log2(dim))
-    ranks.run()
-    refs, ref_lses = ring_attention.reference(qs, ks, vs, causal=causal)
-    return ([o.read(BF16, qs[0].shape) for o in outs], [x.read(np.float32, lse_shape) for x in lses],
-            refs, ref_lses)
+        launches.append(functools.partial(
+            ranks.launch, r, kern, kern.req_threads[0], layouts=dict(kr=kr, vr=vr, arrive=arrive), grid=_grid(p),
+            smem=kern.dynamic_smem, num_comm_sms=p["num_comm_sms"], **maps,
+            lse=lse.base, k_local=k_dev.base, v_local=v_dev.base, tasks=p["tasks"], q_blocks=p["q_blocks"],
+            heads=heads, group=heads // kv_heads, chunk=c, k_blocks=p["k_blocks"], pieces=p["pieces"],
+            row_bytes=p["row_bytes"], scale_log2=_scale_log2(dim)))
+    results = _calls(ranks, launches, inputs, outputs, range(seed, seed + calls), shards,
+                     functools.partial(ring_attention.reference, causal=causal))
+    _check_launch_count(arrive, w, calls)
+    return results
+
+
+def _check_launch_count(arrive, w: int, calls: int) -> None:
+    """Each rank's count of completed launches, which the kernel's last block leaves (device state)."""
+    counts = [int(arrive.read(r)[ring_attention.LAUNCHES]) for r in range(w)]
+    assert counts == [calls] * w, f"arrive[LAUNCHES] after {calls} launches: {counts}"
 
 
 PIPELINED = dict(relay_lanes=2, relay_stages=3)                          # 100-row pieces: lane 1 has no chunk
@@ -131,8 +174,16 @@ def _ring_id(case) -> str:
 @pytest.mark.parametrize("w, batch, shard_len, heads, kv_heads, dim, causal, relay, comm", RING_CASES,
                          ids=[_ring_id(c) for c in RING_CASES])
 def test_ring_attention(w, batch, shard_len, heads, kv_heads, dim, causal, relay, comm):
-    _check(*run_ring(w, batch=batch, shard_len=shard_len, heads=heads, kv_heads=kv_heads, dim=dim, causal=causal,
-                     relay=relay, comm=comm, seed=shard_len + dim), f"ring w={w}")
+    _check_calls(run_ring(w, batch=batch, shard_len=shard_len, heads=heads, kv_heads=kv_heads, dim=dim,
+                          causal=causal, relay=relay, comm=comm, seed=shard_len + dim), f"ring w={w}")
+
+
+@pytest.mark.parametrize("w, causal", [(1, False), (2, True), (3, False)])
+def test_ring_attention_launched_again_with_the_same_arguments(w, causal):
+    """Three launches of one prepared launch per rank, new inputs in the same buffers each time (a graph
+    replay): the flags' waits expect each launch's own count, so no call passes on the previous one's."""
+    _check_calls(run_ring(w, shard_len=128, heads=2, kv_heads=1, dim=64, causal=causal, seed=5, calls=3),
+                 f"ring w={w} again")
 
 
 # ------------------------------------------------------------------ Ulysses attention
@@ -143,11 +194,14 @@ def _map_table(mach, rank: int, ptrs, shape, box, swizzle, name: str) -> int:
 
 
 def run_ulysses(w: int, *, seq: int, heads: int, kv_heads: int, dim: int, causal: bool, batch: int = 1,
-                seed: int = 0):
-    """Every rank's (O, LSE) of a Ulysses attention launched as ``pkptx.ops.sequence.ulysses_attention``
-    does, and the float64 references."""
-    q, k, v = _full(seed, batch, w * seq, heads, kv_heads, dim)
-    qs, ks, vs = (np.split(x, w, axis=1) for x in (q, k, v))
+                seed: int = 0, calls: int = 1):
+    """Per call (``calls`` of one prepared launch per rank, new inputs each time): every rank's (O, LSE)
+    of a Ulysses attention launched as ``pkptx.ops.sequence.ulysses_attention`` does, and the float64
+    references."""
+    def shards(seed):
+        return tuple(np.split(x, w, axis=1) for x in _full(seed, batch, w * seq, heads, kv_heads, dim))
+
+    qs, ks, vs = shards(seed)
     p = check_ulysses(qs[0].shape, BF16, ks[0].shape, BF16, vs[0].shape, BF16, w, causal=causal, num_comm_sms=1)
     kern = kernel(ulysses.build, p["cfg"])
     b, s, d, hl, kvl, group, rows = batch, p["seq"], dim, p["local_heads"], p["local_kv_heads"], p["group"], \
@@ -160,11 +214,14 @@ def run_ulysses(w: int, *, seq: int, heads: int, kv_heads: int, dim: int, causal
     lse_shape = (b, heads, s)
     lse = ranks.symmetric(lse_shape, np.float32, "lse")
     heads_of = {"q": (heads, hl, group), "k": (kv_heads, kvl, 1), "v": (kv_heads, kvl, 1)}
+    launches, inputs = [], []
+    outputs = [((out.allocs[r], BF16, qs[0].shape), (lse.allocs[r], np.float32, lse_shape)) for r in range(w)]
     for r in range(w):
-        values = {}
+        values, devs = {}, []
         for x, arr in (("q", qs[r]), ("k", ks[r]), ("v", vs[r])):
             total, local, box_heads = heads_of[x]
             dev = mach.from_numpy(arr, name=x, rank=r)
+            devs.append(dev)
             buf = gathered[x]
             values[f"tmap_{x}"] = ranks.tensor_map(dev.base, BF16, (b, 1, s, total, d), BOX5)
             values[f"tmap_{x}g_local"] = ranks.tensor_map(buf.ptr(r), BF16, (b, w, s, local, d), BOX5)
@@ -172,14 +229,17 @@ def run_ulysses(w: int, *, seq: int, heads: int, kv_heads: int, dim: int, causal
             values[f"{x}g_tmaps"] = _map_table(mach, r, [buf.ptr(i) for i in range(w)], (b, w, s, local, d),
                                                (1, 1, rows, box_heads, d), None, f"{x}g tmaps")
         values["o_tmaps"] = _map_table(mach, r, [out.ptr(i) for i in range(w)], qs[0].shape, BOX, 128, "o tmaps")
-        ranks.launch(r, kern, kern.req_threads[0], layouts=dict(arrive=arrive, lse=lse), grid=_grid(p),
-                     smem=kern.dynamic_smem, num_comm_sms=p["num_comm_sms"], **values,
-                     tasks=p["tasks"], q_blocks=p["q_blocks"], heads=heads, local_heads=hl, local_kv_heads=kvl,
-                     group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],
-                     piece_bytes=p["piece_bytes"], epoch=EPOCH, scale_log2=_scale_log2(d))
-    ranks.run()
-    refs, ref_lses = ulysses.reference(qs, ks, vs, causal=causal)
-    return [out.read(r) for r in range(w)], [lse.read(r) for r in range(w)], refs, ref_lses
+        inputs.append(devs)
+        launches.append(functools.partial(
+            ranks.launch, r, kern, kern.req_threads[0], layouts=dict(arrive=arrive, lse=lse), grid=_grid(p),
+            smem=kern.dynamic_smem, num_comm_sms=p["num_comm_sms"], **values,
+            tasks=p["tasks"], q_blocks=p["q_blocks"], heads=heads, local_heads=hl, local_kv_heads=kvl,
+            group=group, seq=s, piece_rows=rows, row_pieces=p["row_pieces"], pieces=p["pieces"],
+            piece_bytes=p["piece_bytes"], scale_log2=_scale_log2(d)))
+    results = _calls(ranks, launches, inputs, outputs, range(seed, seed + calls), shards,
+                     functools.partial(ulysses.reference, causal=causal))
+    _check_launch_count(arrive, w, calls)
+    return results
 
 
 ULYSSES_CASES = [
@@ -195,5 +255,12 @@ ULYSSES_CASES = [
 @pytest.mark.parametrize("w, seq, heads, kv_heads, dim, causal", ULYSSES_CASES,
                          ids=[f"w{w}-s{s}-h{h}kv{kvh}-d{d}{'-causal' if c else ''}" for w, s, h, kvh, d, c in ULYSSES_CASES])
 def test_ulysses_attention(w, seq, heads, kv_heads, dim, causal):
-    _check(*run_ulysses(w, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, causal=causal, seed=seq + heads),
-           f"ulysses w={w}")
+    _check_calls(run_ulysses(w, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, causal=causal, seed=seq + heads),
+                 f"ulysses w={w}")
+
+
+@pytest.mark.parametrize("w, causal", [(1, True), (2, False), (3, True)])
+def test_ulysses_attention_launched_again_with_the_same_arguments(w, causal):
+    """As the ring's: three launches of one prepared launch per rank, new inputs each time."""
+    _check_calls(run_ulysses(w, seq=72, heads=w, kv_heads=w, dim=64, causal=causal, seed=7, calls=3),
+                 f"ulysses w={w} again")

@@ -4,15 +4,18 @@ reuse one packed argument buffer (nothing changes between calls, so replays are 
 during a capture wait, and what heap.reset() and a poisoned heap do."""
 from __future__ import annotations
 
+import ctypes
 import gc
 import time
 
 import numpy as np
 import pytest
 
+import pkptx
 from tests.launch.fake_launch import SAFE_IN_CAPTURE, LaunchFakeDriver, forget_fake_handles
 from pkptx.errors import CaptureError, DeviceTimeoutError, HeapStateError, SettingError
-from pkptx.launch import Device, LoadedKernel, LaunchConfig, Stream, SymmetricHeap, World, capture, empty
+from pkptx.launch import Device, LoadedKernel, LaunchConfig, PreparedLaunch, Stream, SymmetricHeap, World, capture, \
+    empty
 from pkptx.launch.status import device_status, device_timeout_ns
 from pkptx.ops import collectives, plan as plans
 from pkptx.templates.progress import ARRIVED, BARRIER_FLAG_ID, ROUNDS, flag_words
@@ -104,6 +107,67 @@ def test_captured_collective_calls_are_launches_of_one_prepared_buffer(heap, fak
     assert len({(c[2], c[3]) for c in captured[0::2]}) == 1 == len({(c[2], c[3]) for c in captured[1::2]})
     assert captured[0][2] != captured[1][2]
     cap.graph.replay(3, stream)
+
+
+@pytest.fixture
+def packed(monkeypatch):
+    """(kernel entry, packed argument bytes) of every prepared launch, read as it is queued."""
+    seen, launch = [], PreparedLaunch.launch
+
+    def recording(self, stream=None):
+        first = ctypes.c_void_p.from_address(self._params).value
+        seen.append((self.kernel.compiled.entry, ctypes.string_at(first, self.kernel.packer.size)))
+        return launch(self, stream)
+    monkeypatch.setattr(PreparedLaunch, "launch", recording)
+    return seen
+
+
+def _sequence_and_moe_calls(heap, stream=None):
+    """ring_attention, ulysses_attention and moe_dispatch on ``heap`` at world 1, operands made once."""
+    world = heap.world
+    q, kv, out = (empty((1, 128, 2, 64), "bfloat16") for _ in range(3))
+    u_out = heap.alloc((1, 128, 2, 64), "bfloat16")
+    x, ids, weights = empty((16, 64), "bfloat16"), empty((16, 2), np.int32), empty((16, 2), np.float32)
+    return [lambda: pkptx.ring_attention(q, kv, kv, world, out=out, heap=heap, stream=stream),
+            lambda: pkptx.ulysses_attention(q, kv, kv, world, out=u_out, heap=heap, stream=stream),
+            lambda: pkptx.moe_dispatch(x, ids, weights, world, 4, heap=heap, stream=stream)]
+
+
+def test_sequence_and_moe_calls_launch_the_same_arguments_every_time(heap, fake, packed):
+    """Their kernels count their launches on the device, so each kernel's arguments are the same bytes at
+    every call, as a graph replay needs (ring, Ulysses, MoE route and push); ring and Ulysses calls
+    captured too (moe_dispatch prepares its launches at each call, which asks the context's SM count:
+    cuCtxSetCurrent, not among the fake's calls known safe in a capture)."""
+    Device(0).set_current()
+    stream = Stream(non_blocking=True)
+    ring, ulysses, moe = _sequence_and_moe_calls(heap, stream)
+    for call in (ring, ulysses, moe, moe):                  # the plans, and MoE twice
+        call()
+    with capture(stream) as cap:
+        for _ in range(3):
+            ring()
+            ulysses()
+    assert fake.unsafe == [] and set(fake.during_capture) <= SAFE_IN_CAPTURE
+    arguments: dict[str, set] = {}
+    for entry, values in packed:
+        arguments.setdefault(entry, set()).add(values)
+    assert len(arguments) == 4 and all(len(v) == 1 for v in arguments.values()), \
+        {entry: len(v) for entry, v in arguments.items()}
+    cap.graph.replay(3, stream)
+
+
+def test_reset_zeroes_the_flags_of_the_sequence_and_moe_ops(heap, fake):
+    """Their flag arrays (arrivals, and their kernels' launch counts) are kept by the heap's ops, so a
+    reset brings every rank's back to 0 with the heap's own flags."""
+    for call in _sequence_and_moe_calls(heap):
+        call()
+    state = plans._states[heap]
+    kept = {key[0]: thing for key, thing in state._kept.items() if isinstance(thing, plans.FlagArray)}
+    assert sorted(kept) == ["moe ready", "ring", "ulysses"]
+    for flags in kept.values():
+        flags.buffer.local.copy_from_numpy(np.full(flags.count, 7, np.uint32))
+    heap.reset()
+    assert not any(flags.buffer.local.to_numpy().any() for flags in kept.values())
 
 
 def test_a_first_call_inside_a_capture_is_refused_clearly(heap, fake):

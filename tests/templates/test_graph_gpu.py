@@ -1,8 +1,9 @@
 """Collectives and fused ops captured into CUDA graphs (100 calls, replayed 3 times, on a non-blocking
 stream; and inside torch.cuda.graph when torch is installed) must equal eager calls, at 1 to 4 ranks on
-GPU 0 (time-sliced, or under MPS with SM shares); and after a rank refuses a call, every waiting rank
-names it, the heap refuses calls until heap.reset(), and good calls work after the reset; a rank that
-comes late is named by the others and names them."""
+GPU 0 (time-sliced, or under MPS with SM shares); ring and Ulysses attention captured and replayed with
+new inputs in the same buffers must equal eager calls and float64 attention; and after a rank refuses a
+call, every waiting rank names it, the heap refuses calls until heap.reset(), and good calls work after
+the reset; a rank that comes late is named by the others and names them."""
 from __future__ import annotations
 
 import json
@@ -35,6 +36,17 @@ def test_captured_ops_replay_like_eager_calls(gpu, ranks, shares, hog):
         assert len(outcome["cases"]) == 7
         if outcome["failures"]:
             pytest.fail(f"rank {rank}: " + json.dumps(outcome["failures"][:3], indent=1)[:4000])
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+def test_sp_attention_graph_replays_new_inputs_2rank(gpu):
+    """2 ranks, time-sliced (the quick check's): each op's graph replayed 3 times, new inputs before each
+    replay, every replay equal to an eager call on its inputs and to the float64 reference."""
+    for rank, outcome in enumerate(_run(2, None, "sp")):
+        assert outcome["cases"] == ["ring", "ulysses"], outcome
+        if outcome["failures"]:
+            pytest.fail(f"rank {rank}: " + json.dumps(outcome["failures"][:2], indent=1)[:4000])
 
 
 @pytest.mark.gpu

@@ -209,8 +209,8 @@ def test_route_kernel_matches_the_layout_model(case, seed):
     kernel = moe_dispatch.build_route(moe_dispatch.Config(max_experts=16))
     m = Machine(seed=seed)
     shared = {}
-    for name, nbytes in (("counts", 4 * world * experts), ("ready", 4), ("arrivals", 4 * blocks),
-                         ("flags", 4 * flag_words(world))):
+    for name, nbytes in (("counts", 4 * world * experts), ("ready", 4 * moe_dispatch.READY_WORDS),
+                         ("arrivals", 4 * blocks), ("flags", 4 * flag_words(world))):
         allocs = [m.alloc(nbytes, name=name, rank=r, fill=0xFF if name == "arrivals" else 0) for r in range(world)]
         tables = [m.from_numpy(np.array([a.base for a in allocs], np.uint64), name=f"{name}_peers", rank=r)
                   for r in range(world)]
@@ -222,7 +222,7 @@ def test_route_kernel_matches_the_layout_model(case, seed):
         offsets = m.alloc(4 * (experts // world), name="recv_offsets", rank=r, fill=0xEE)
         status = m.alloc(32, name="status", rank=r, fill=0)
         values = dict(ids=m.from_numpy(ids[r], rank=r), pairs=ids[r].size, experts=experts, local=experts // world,
-                      slots=slots, order=order, recv_offsets=offsets, blocks=blocks, epoch=1, rank=r, world=world,
+                      slots=slots, order=order, recv_offsets=offsets, blocks=blocks, rank=r, world=world,
                       status=status, timeout_ns=10**12, num_comm_sms=1)
         for name, (_, tables) in shared.items():
             values.update({f"{name}_peers": tables[r], f"{name}_mc": 0})

@@ -9,7 +9,10 @@ inside one (source, expert) block, in the order the source's atomics hand out (s
 (``atom.shared.add`` returns each pair's position in its (source, expert) block), write the count row
 into every rank's count matrix (``st.global`` into peers), ``bar.sync``, then thread 0 adds 1 to every
 rank's ready counter (``red.release.sys``); the block computes the send order (below) and thread 0
-waits for its own counter to reach ``epoch · world`` (``ld.acquire.sys``, bounded), ``bar.sync``.
+waits for its own counter to reach ``n · world`` in the n-th launch (``ld.acquire.sys``, bounded),
+``bar.sync``. n is read on entry from the ready array's count of route launches done on this rank, which
+the launch advances as it ends (:func:`..progress.read_launch_count`), so the arguments never change
+between launches and a CUDA graph replays correctly.
 With every rank's counts, each thread computes for its experts the destination base (rows of the
 owner's earlier experts, then rows of lower ranks for this expert) and this rank's receive layout (the
 end row of each local expert, torch's ``offs``), and turns each pair's position into its destination
@@ -46,14 +49,17 @@ from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ..lcsc import WINDOW_SLACK, Buffer, Ring, Template
-from ..progress import FLAGS, close_barrier
+from ..progress import FLAGS, close_barrier, read_launch_count
 
 COUNTS, READY, ARRIVALS, RECV = (ParallelLayout(n) for n in ("counts", "ready", "arrivals", "recv"))
+RANKS_READY = 0           # ready[0]: ranks whose counts are in (each adds 1 per launch)
+ROUTES_DONE = 1           # ready[1]: route launches completed on this rank (written only here)
+READY_WORDS = 2
 ROUTE_THREADS = 1024
 BLOCK_ROWS = 128          # rows per arrival counter (the GEMM's tile rows)
 ROUTE_PARAMS = (Param("ids", u64, pointer=True), Param("pairs", u32), Param("experts", u32), Param("local", u32),
                 Param("slots", u64, pointer=True), Param("order", u64, pointer=True),
-                Param("recv_offsets", u64, pointer=True), Param("blocks", u32), Param("epoch", u32))
+                Param("recv_offsets", u64, pointer=True), Param("blocks", u32))
 PUSH_PARAMS = (Param("x", u64, pointer=True), Param("pairs", u32), Param("topk", u32), Param("row_bytes", u32),
                Param("ids", u64, pointer=True), Param("slots", u64, pointer=True), Param("order", u64, pointer=True),
                Param("local", u32))
@@ -169,11 +175,12 @@ def build_route(cfg: Config = Config()):
         signaller = b.setp("eq", u32, tid, 0, name="signaller")
         with b.if_then(signaller):
             for d in b.range(0, ctx.world, name="dst"):
-                signal(b, flag_address(b, ctx.layouts["ready"], d, 0), 1, sem=Sem.RELEASE, scope=Scope.SYS)
+                signal(b, flag_address(b, ctx.layouts["ready"], d, RANKS_READY), 1, sem=Sem.RELEASE,
+                       scope=Scope.SYS)
         emit_send_order(ctx, each, word, global_word)               # while the peers' counts come in
         with b.if_then(signaller):
-            wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, 0),
-                 b.mul(u32, ctx.p.epoch, ctx.world, mode="lo", name="ready_expected"), sem=Sem.ACQUIRE,
+            wait(b, flag_address(b, ctx.layouts["ready"], ctx.rank, RANKS_READY),
+                 b.mul(u32, ctx.launch, ctx.world, mode="lo", name="ready_expected"), sem=Sem.ACQUIRE,
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.mov(u32, 0))
         b.bar_sync(0)                  # every thread now sees every rank's counts (weak loads below)
         counts, local = ctx.layouts["counts"].peer(b, ctx.rank, name="matrix"), ctx.p.local
@@ -207,8 +214,17 @@ def build_route(cfg: Config = Config()):
                 pos = b.ld(u32, at, space="global", name="pos")
                 b.st(u32, at, b.add(u32, pos, b.ld(u32, word(base, e), space="shared")), space="global")
 
-    return t.build(comm_tasks=comm_tasks, communicator=route,
-                   epilogue=lambda ctx: close_barrier(ctx, 1, multicast=False))   # leaves the launch counters
+    def routes_done(ctx):
+        return flag_address(ctx.b, ctx.layouts["ready"], ctx.rank, ROUTES_DONE)
+
+    def prologue(ctx):
+        ctx.launch = read_launch_count(ctx.b, routes_done(ctx))
+
+    def epilogue(ctx):
+        """The rank barrier that leaves the launch counters, this launch's number among them."""
+        close_barrier(ctx, 1, multicast=False, leave=((routes_done(ctx), ctx.launch),))
+
+    return t.build(comm_tasks=comm_tasks, communicator=route, prologue=prologue, epilogue=epilogue)
 
 
 # ----------------------------------------------------------------------------------------------- push

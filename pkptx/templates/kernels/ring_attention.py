@@ -10,19 +10,22 @@ r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch
 memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
 (``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes``
 threads of the communicator each move a share of the piece (:func:`stream_copy`, 16 KiB chunks, loads
-running ``relay_stages - 1`` chunks ahead of stores) and signal, so a flag reaches ``lanes · epoch``. Piece p is
-always moved by communicator ``p mod num_comm_sms`` on every rank, step by step, so a communicator
-waits only on its namesake of the previous rank for an earlier (step, piece), which has started (by
-induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the same
-``num_comm_sms``.
+running ``relay_stages - 1`` chunks ahead of stores) and signal, so a flag reaches ``lanes · n`` in the
+n-th launch. Piece p is always moved by communicator ``p mod num_comm_sms`` on every rank, step by step,
+so a communicator waits only on its namesake of the previous rank for an earlier (step, piece), which has
+started (by induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the
+same ``num_comm_sms``.
 
 Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
 the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
 first push into r+1, a communicator waits until r+1's ticket 0 has signalled that r+1's launch started
 (its previous call, earlier on its stream, is done reading the slots). Compute loaders, before
 TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquire.sys``;
-``fence.proxy.async.global``). Flags count calls (``epoch``), so they are never reset. Waits name in
-their flag id the rank whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
+``fence.proxy.async.global``). Flags count launches, so they are never reset: the n-th launch waits for
+n (times the signals per launch), n read on entry from arrive[LAUNCHES], the count of launches done on
+this rank, which the launch's last block advances (:func:`..progress.read_launch_count`; device state,
+so the arguments never change and a CUDA graph replays correctly). Waits name in their flag id the rank
+whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
 
 Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
 2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
@@ -44,11 +47,12 @@ from ...primitives.sync import Deadline, flag_address, publish_async_writes, sig
 from ...primitives.stream import stream_copy
 from ...primitives.tma import tensor_map_param
 from ..lcsc import WINDOW_SLACK, Buffer, Ring
-from ..progress import close_barrier
+from ..progress import close_barrier, read_launch_count
 from . import attention
 
 KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
-READY = 0                 # arrive[0]: the next rank's launch has started (it adds 1 per call)
+LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
+READY = 1                 # arrive[1]: the next rank's launch has started (it adds 1 per launch)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per piece (and per arrival flag)
 RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
@@ -56,8 +60,7 @@ RELAY_LANES = 12          # (H200, probe/push_probe.py, bench/RESULTS.md 2026-12
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
     Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
     Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
-    Param("k_blocks", u32), Param("pieces", u32), Param("row_bytes", u32), Param("epoch", u32),
-    Param("scale_log2", f32))
+    Param("k_blocks", u32), Param("pieces", u32), Param("row_bytes", u32), Param("scale_log2", f32))
 
 
 @dataclass(frozen=True)
@@ -95,11 +98,11 @@ class Config:
 
 
 def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
-    """arrive[1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
+    """arrive[READY + 1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
     if halves == 2:
         slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), 1, name="piece_flag")
+    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), READY + 1, name="piece_flag")
 
 
 def later_deadline(ctx, shift: int = 3) -> Deadline:
@@ -124,10 +127,10 @@ class PeerPlan(attention.Plan):
 
 
 def await_piece(ctx, index, src, lanes: int, *, deadline: Deadline) -> None:
-    """Acquire the piece's arrival (every relay lane of the sender has signalled, ``lanes`` per call),
+    """Acquire the piece's arrival (every relay lane of the sender has signalled, ``lanes`` per launch),
     then order it before the async proxy's (TMA) reads of the data."""
     b = ctx.b
-    expected = b.mul(u32, ctx.p.epoch, lanes, mode="lo", name="piece_signals")
+    expected = b.mul(u32, ctx.launch, lanes, mode="lo", name="piece_signals")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
          scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
@@ -201,10 +204,22 @@ class RingPlan(PeerPlan):
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
 
 
+def launches_word(ctx):
+    """arrive[LAUNCHES] on this rank: how many launches of the kernel have completed here."""
+    return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, LAUNCHES)
+
+
+def close_launch(ctx) -> None:
+    """The rank barrier that ends the launch (:mod:`..progress`), leaving this launch's number as the
+    count of launches done on this rank."""
+    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),))
+
+
 def communicating(cfg, plan, *, announce, **template):
     """Attention's template and roles for a kernel whose communicators take the first tickets (compute
-    blocks wait on them; they never wait on compute blocks): the prologue also lets ticket 0's thread 0
-    ``announce(ctx)`` that this launch has started."""
+    blocks wait on them; they never wait on compute blocks): the prologue also reads this launch's
+    number (``ctx.launch``, from :func:`launches_word`; the epilogue must end with :func:`close_launch`)
+    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
     base = attention.template(cfg.attention)
     t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
                             **{k: v(base) if callable(v) else v for k, v in template.items()})
@@ -214,6 +229,7 @@ def communicating(cfg, plan, *, announce, **template):
     def prologue(ctx):
         start(ctx)
         b = ctx.b
+        ctx.launch = read_launch_count(b, launches_word(ctx))
         with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
             announce(ctx)
 
@@ -284,7 +300,7 @@ def build(cfg: Config = Config()):
             nbytes = b.mul(u32, rows, ctx.p.row_bytes, mode="lo", name="piece_bytes")
             shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
             nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
-            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.p.epoch, sem=Sem.ACQUIRE,
+            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.launch, sem=Sem.ACQUIRE,
                  scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
             b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
             src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
@@ -307,7 +323,7 @@ def build(cfg: Config = Config()):
     def epilogue(ctx):
         """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
         ctx.b.bulk_wait_group(0)
-        close_barrier(ctx, 1, multicast=False)
+        close_launch(ctx)
 
     return t.build(**parts, comm_tasks=comm_tasks, communicator=forward, epilogue=epilogue)
 

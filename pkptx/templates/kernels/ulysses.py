@@ -11,9 +11,11 @@ TMA-stored into d's gathered buffers (``qg``/``kg``/``vg``: (B, world, S, heads 
 d's tensor maps, then d's flag of (batch, r, g) is raised (``cp.async.bulk.wait_group 0;
 fence.proxy.async.global; red.release.sys``). Pieces go head group by head group, so the compute blocks,
 whose tasks run in the same order, start on a head group as soon as its slices are in; a loader
-acquire-waits a (batch, source, group) flag for ``epoch · row_pieces`` before it TMA-loads that source's
-rows (its own rows it reads from its inputs directly). Before its first push, a communicator waits until
-every rank's ticket 0 has said its launch started (so no previous call still reads the buffers).
+acquire-waits a (batch, source, group) flag for ``n · row_pieces`` in the n-th launch before it TMA-loads
+that source's rows (its own rows it reads from its inputs directly). Before its first push, a communicator
+waits until every rank's ticket 0 has said its launch started (so no previous call still reads the
+buffers). n is read on entry from arrive[LAUNCHES], the count of launches done on this rank, as in
+:mod:`.ring_attention`, so the arguments never change between launches.
 
 A finished task (batch, head, query shard s, query block) stores O straight into rank s's output at the
 head's global index through s's tensor map, and its LSE into s's ``lse``: the return all-to-all rides on
@@ -34,18 +36,18 @@ from ...primitives.p2p import TensorMapTable
 from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
 from ...primitives.tma import tensor_map_param
 from ..lcsc import WINDOW_SLACK, Buffer, Ring
-from ..progress import close_barrier
 from . import attention
 from . import ring_attention
-from .ring_attention import PEER_FLAG, PeerPlan, communicating, later_deadline, run_diag
+from .ring_attention import LAUNCHES, PEER_FLAG, PeerPlan, close_launch, communicating, later_deadline, run_diag
 
 ARRIVE, LSE = ParallelLayout("arrive"), ParallelLayout("lse")
+STARTED = LAUNCHES + 1      # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
 MAPS = tuple(TensorMapTable(n) for n in ("qg", "kg", "vg", "o"))
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "qs", "ks", "vs")) + (
     Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
     Param("local_heads", u32), Param("local_kv_heads", u32), Param("group", u32), Param("seq", u32),
     Param("piece_rows", u32), Param("row_pieces", u32), Param("pieces", u32), Param("piece_bytes", u32),
-    Param("epoch", u32), Param("scale_log2", f32))
+    Param("scale_log2", f32))
 
 
 @dataclass(frozen=True)
@@ -54,16 +56,17 @@ class Config(ring_attention.Config):
 
 
 def group_flag(b, ctx, batch, src, g):
-    """arrive[world + (batch·world + src)·local_kv_heads + g]: pieces of (batch, src, head group g) here
-    (arrive[i] for i < world: rank i's launch has started)."""
+    """arrive[STARTED + world + (batch·world + src)·local_kv_heads + g]: pieces of (batch, src, head group
+    g) here."""
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.p.local_kv_heads, g, mode="lo"), ctx.world, name="group_flag")
+    first = b.add(u32, ctx.world, STARTED, name="first_group_flag")
+    return b.add(u32, b.mad(u32, slot, ctx.p.local_kv_heads, g, mode="lo"), first, name="group_flag")
 
 
 def await_group(ctx, batch, src, g, deadline) -> None:
     """Every piece of (batch, src, g) is here: acquire, then order it before the TMA reads of it."""
     b = ctx.b
-    expected = b.mul(u32, ctx.p.epoch, ctx.p.row_pieces, mode="lo", name="group_pieces")
+    expected = b.mul(u32, ctx.launch, ctx.p.row_pieces, mode="lo", name="group_pieces")
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, group_flag(b, ctx, batch, src, g)), expected,
          sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
     b.fence_proxy_async("global")
@@ -140,9 +143,10 @@ class UlyssesTask(attention.Task):
 
 def build(cfg: Config = Config()):
     def announce(ctx):
-        """To every rank, in its arrive[this rank]."""
-        signal_all(ctx.b, ctx.layouts["arrive"], ctx.rank, 1, world=ctx.world, sem=Sem.RELEASE, scope=Scope.SYS,
-                   multicast=False)
+        """To every rank, in its arrive[STARTED + this rank]."""
+        b = ctx.b
+        signal_all(b, ctx.layouts["arrive"], b.add(u32, ctx.rank, STARTED, name="started_flag"), 1, world=ctx.world,
+                   sem=Sem.RELEASE, scope=Scope.SYS, multicast=False)
 
     lanes = push_lanes(cfg.attention)
     lane_bytes = lane_buffer_bytes(cfg.attention)
@@ -160,8 +164,9 @@ def build(cfg: Config = Config()):
         a rank that never comes is then named by every rank's communicators first."""
         b = ctx.b
         for other in b.range(0, ctx.world, name="rank"):
-            wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, other), ctx.p.epoch, sem=Sem.ACQUIRE,
-                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
+            started = flag_address(b, ctx.layouts["arrive"], ctx.rank, b.add(u32, other, STARTED, name="started_flag"))
+            wait(b, started, ctx.launch, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline,
+                 flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
         b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
     def push(ctx, task):
@@ -212,7 +217,7 @@ def build(cfg: Config = Config()):
         output is complete when its launch ends."""
         publish_async_writes(ctx.b)
         ctx.b.bar_sync(0)
-        close_barrier(ctx, 1, multicast=False)
+        close_launch(ctx)
 
     return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
 

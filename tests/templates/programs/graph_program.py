@@ -6,6 +6,10 @@ result), then 100 calls are captured on that stream and the graph is replayed 3 
 equal the eager result (bit for bit, GEMM+RS within f32 rounding: its adds land in any order), and an
 eager call after the replays too (the device-side epochs continue across graphs and eager calls).
 ``torch``: the same for all_reduce inside ``torch.cuda.graph`` when torch is installed.
+``sp``: ring attention (causal, zigzag shards) and Ulysses attention, one call each captured; before each
+of 3 replays new inputs go into the same buffers, and the replay must equal an eager call on those inputs
+(bit for bit) and float64 attention over the whole sequence (the kernels count their launches on the
+device, so a replay waits for its own launch's flags, not the capture's).
 ``recovery``: rank 1 refuses an all-reduce (bad op) while the others launch it; each waiting rank must
 get a DeviceTimeoutError naming rank 1, the heap must then refuse calls, and after ``heap.reset()`` on
 every rank good calls must give correct results. ``late``: rank 1 launches an all-reduce after the
@@ -22,10 +26,12 @@ import traceback
 import ml_dtypes
 import numpy as np
 
+import pkptx
 from pkptx.errors import DeviceTimeoutError, HeapStateError
-from pkptx.launch import Device, Stream, SymmetricHeap, World, capture, from_numpy
+from pkptx.launch import Device, Stream, SymmetricHeap, World, capture, empty, from_numpy
 from pkptx.ops import collectives, fused
 from pkptx.ops.common import ArgumentError
+from pkptx.templates.kernels import attention, ring_attention
 from tests.helpers.mpi import report
 
 BF16 = ml_dtypes.bfloat16
@@ -116,6 +122,91 @@ def graphs(world, device, heap) -> dict:
         except Exception:
             failures.append(dict(op=name, error=traceback.format_exc()[-1500:]))
         world.barrier(what=f"{name} done")
+    return dict(cases=names, failures=failures)
+
+
+SP_BOUND = 1.5e-2       # relative Frobenius error of O against float64 (bf16 inputs, P rounded to bf16)
+SP_LSE_BOUND = 2e-2     # |LSE - float64 LSE|
+
+
+def sp_graphs(world, device, heap) -> dict:
+    stream = Stream(non_blocking=True)
+    failures, names = [], []
+    w, r = world.size, world.rank
+    batch, shard, heads, dim = 1, 128, 2 * w, 64           # Ulysses: heads and K/V heads split over the ranks
+    lse_shape = (batch, heads, shard)
+    for op, causal in (("ring", True), ("ulysses", False)):
+        names.append(op)
+
+        def inputs(seed, op=op, causal=causal):
+            """This rank's shards of a full (Q, K, V) drawn from ``seed`` (the same on every rank), and of
+            float64 (O, LSE) over the whole sequence."""
+            rng = np.random.default_rng(seed)
+            full = [rng.standard_normal((batch, w * shard, heads, dim), dtype=np.float32).astype(BF16)
+                    for _ in range(3)]
+            want, want_lse = attention.reference(*full, causal=causal)
+            zigzag = causal and op == "ring"
+            return ([ring_attention.shard(x, r, w, causal=zigzag) for x in full],
+                    ring_attention.shard(want, r, w, causal=zigzag),
+                    ring_attention.shard(want_lse, r, w, causal=zigzag, axis=2))
+
+        mine, ref, ref_lse = inputs(0)
+        q, k, v = (from_numpy(x) for x in mine)
+        if op == "ring":
+            outputs = (empty(q.shape, BF16), empty(lse_shape, np.float32))
+
+            def call(s, causal=causal, outputs=outputs, q=q, k=k, v=v):
+                pkptx.ring_attention(q, k, v, world, causal=causal, out=outputs[0], lse=outputs[1], heap=heap,
+                                     stream=s)
+        else:
+            symmetric = (heap.alloc(q.shape, BF16), heap.alloc(lse_shape, np.float32))      # peers store into them
+            outputs = tuple(x.local for x in symmetric)
+
+            def call(s, causal=causal, symmetric=symmetric, q=q, k=k, v=v):
+                pkptx.ulysses_attention(q, k, v, world, causal=causal, out=symmetric[0], lse=symmetric[1],
+                                        heap=heap, stream=s)
+
+        def poison(what: str, op=op, outputs=outputs) -> None:
+            """NaN in the outputs on every rank before any rank runs again (peers may store into them)."""
+            for x in outputs:
+                x.fill(float("nan"))
+            device.synchronize()
+            world.barrier(what=f"sp {op}: {what}")
+
+        def result(what: str, ref, ref_lse, op=op, outputs=outputs):
+            """(O, LSE) on the host after ``what`` ran on the stream, and what is wrong with them, or None."""
+            collectives.synchronize(stream, what=f"sp {op} {what}")
+            got, got_lse = (x.to_numpy() for x in outputs)
+            err = float(np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30))
+            lse_err = float(np.abs(got_lse.astype(np.float64) - ref_lse).max())
+            bad = None if err < SP_BOUND and lse_err < SP_LSE_BOUND else \
+                f"{what}: relative error {err:.3g}, LSE error {lse_err:.3g} (NaN: work not done)"
+            return (got, got_lse), bad
+
+        try:
+            poison("first inputs written")
+            call(stream)                                   # the plan
+            _, bad = result("eager", ref, ref_lse)
+            with capture(stream) as cap:
+                call(stream)
+            for replay in range(1, REPLAYS + 1):
+                mine, ref, ref_lse = inputs(replay)
+                for dev, x in zip((q, k, v), mine):
+                    dev.copy_from_numpy(x)
+                poison(f"inputs of replay {replay} written")
+                cap.graph.replay(1, stream)
+                replayed, wrong = result(f"replay {replay}", ref, ref_lse)
+                bad = bad or wrong
+                poison(f"replay {replay} read")
+                call(stream)                               # eager on the same inputs, after the replay
+                eager, wrong = result(f"eager after replay {replay}", ref, ref_lse)
+                bad = bad or wrong or next((f"replay {replay} differs from the eager call" for a, b in
+                                            zip(replayed, eager) if a.tobytes() != b.tobytes()), None)
+            if bad:
+                failures.append(dict(op=op, error=bad))
+        except Exception:
+            failures.append(dict(op=op, error=traceback.format_exc()[-1500:]))
+        world.barrier(what=f"sp {op} done")
     return dict(cases=names, failures=failures)
 
 
@@ -214,9 +305,11 @@ def main() -> None:
     world = World()
     device = Device(world.device_ordinal()).set_current()
     heap = SymmetricHeap(world, 64 << 20)
-    wanted = sys.argv[1:] or ["graphs", "torch", "recovery", "late"]
+    wanted = sys.argv[1:] or ["graphs", "sp", "torch", "recovery", "late"]
     if "graphs" in wanted:
         report(world.rank, "graphs", **graphs(world, device, heap))
+    if "sp" in wanted:
+        report(world.rank, "sp", **sp_graphs(world, device, heap))
     if "torch" in wanted:
         report(world.rank, "torch", **torch_graph(world, heap))
     if "recovery" in wanted and world.size > 1:
