@@ -276,13 +276,14 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
 
 
 def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, heap: SymmetricHeap, out=None,
-                      w_layout: str = "nk", num_comm_sms: int = 2, stream=None,
+                      w_layout: str = "nk", num_comm_sms: int = 4, stream=None,
                       timeout_ns: int | None = None, timeout: float | None = None) -> tuple[Dispatch, DeviceArray]:
     """:func:`moe_dispatch` fused with the first expert GEMM: ``out[rows of local expert l] =
     recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
     start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute (each
     pushing SM keeps ~170 KB of rows in flight; a few suffice where the GEMM dominates, as at the
-    DeepSeek-V3 and Mixtral shapes, and each one taken costs the GEMM one SM).
+    DeepSeek-V3 and Mixtral shapes, and each one taken costs the GEMM one SM; 4 beat 1 and 2 at both, at
+    2 and 4 ranks: bench/RESULTS.md 2026-12-04).
     Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were)."""
     x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_dispatch_gemm: timeout")

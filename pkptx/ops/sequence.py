@@ -43,9 +43,10 @@ from .launches import launch_key, tensor_map
 from .plan import Plan, buffer_key, heap_state, lookup, refuse_capture
 
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
-SM_PUSH = 12e9                # bytes/s a ring communicator block moves (six threads of bulk copies), and
-SM_PUSH_ONE = 10e9            # a Ulysses one (one thread, one piece in flight): H200, MPS 50/50, 2 ranks,
-                              # 6144 tokens, 8 and 16 communicators (bench/RESULTS.md 2026-12-03)
+MIN_COMM_SMS = 8              # communicators at least (a quarter of the SMs at most): auto_comm_sms
+SM_PUSH = 6e9                 # bytes/s one communicator block moves beside a running attention (ring relay or
+                              # Ulysses pieces): H200, MPS, 2 and 4 ranks, 8 communicators (bench/RESULTS.md
+                              # 2026-12-04; a block alone copies ~40 GB/s, probe/push_probe.py)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
 MAX_CALLS = 64                # operand variants kept per op and heap (a model's layers each have their own)
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
@@ -81,14 +82,17 @@ def _check_shards(op: str, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
 
 def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: float = SM_PUSH) -> int:
     """Communicator blocks for ``num_comm_sms=None``: enough that the pushes take at most 2/3 of the
-    attention's time on this context's SMs (at SM_FLOPS each, ``push`` bytes/s a communicator), between
-    1 and an eighth of the SMs. Fewer would leave compute blocks waiting for data; more would take SMs from the attention
-    for the whole launch (a communicator's SM stays idle once its pushes are done)."""
+    attention's time on this context's SMs (at SM_FLOPS each, ``push`` bytes/s a communicator), at least
+    MIN_COMM_SMS and at most a quarter of the SMs. Every task of the first wave needs the peers' data
+    long before the attention's end, so too few leave compute blocks waiting (8 communicators beat the
+    2-4 that the pushes' volume alone asks for, at every measured shape); each one more takes an SM from
+    the attention for the whole launch."""
     sms = sm_count or 132
     compute_s = flops / (sms * SM_FLOPS)
     budget = compute_s * push              # bytes one communicator moves in the attention's time
     need = 1 if comm_bytes == 0 else math.ceil(1.5 * comm_bytes / budget) if budget > 0 else sms
-    return max(1, min(need, sms // 8))
+    most = max(1, sms // 4)
+    return max(min(MIN_COMM_SMS, most), min(need, most))
 
 
 def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
@@ -145,7 +149,7 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
                     4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),
-                    sm_count, SM_PUSH_ONE))
+                    sm_count))
 
 
 # ------------------------------------------------------------------ receive buffers in a symmetric heap
