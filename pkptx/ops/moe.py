@@ -24,8 +24,8 @@ from ..templates.kernels import moe_dispatch as dispatch_kernel
 from ..templates.kernels import moe_dispatch_gemm as fused_kernel
 from .common import ArgumentError, dtype_name, load
 from .gemm import choose_config
-from .launches import array, launch, tensor_map
-from .plan import HeapOps, heap_ops, heap_state
+from .launches import array, launch, launch_key, tensor_map
+from .plan import HeapOps, Kept, buffer_key, heap_ops, heap_state, run_kept
 
 
 class MoeArgumentError(ArgumentError):
@@ -236,18 +236,17 @@ def _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap) -> tupl
     return x, ids, weights, r
 
 
-def _route(ids, weights, r: Routing, world, heap, stream, timeout_ns) -> tuple[Dispatch, _MoeState]:
-    """Launch route: counts, exchange, slots, send order and the receive layout."""
+def _route(ids, weights, r: Routing, heap, timeout_ns) -> tuple[HeapOps, object, Dispatch, _MoeState]:
+    """(the heap's ops, route's prepared launch: counts, exchange, slots, send order and the receive
+    layout, the Dispatch it leaves, the layer's buffers)."""
     state = _moe_state(heap, r)
     kernel = load(dispatch_kernel.build_route, dispatch_kernel.Config(), Device.current())
-    layouts = heap_state(state.recv)
-    layouts.launch(kernel, stream, timeout_ns, work=1,
-                   ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts, local=r.local, slots=state.slots.ptr,
-                   order=state.order.ptr, recv_offsets=state.offsets.ptr, blocks=r.blocks,
-                   **layouts.layout_args("counts", state.counts),
-                   **layouts.layout_args("ready", state.ready.buffer),
-                   **layouts.layout_args("arrivals", state.arrivals))
-    return Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state
+    ops = heap_state(state.recv)
+    route = ops.prepare(kernel, timeout_ns, work=1, ids=ids.ptr, pairs=r.tokens * r.topk, experts=r.num_experts,
+                        local=r.local, slots=state.slots.ptr, order=state.order.ptr, recv_offsets=state.offsets.ptr,
+                        blocks=r.blocks, **ops.layout_args("counts", state.counts),
+                        **ops.layout_args("ready", state.ready.buffer), **ops.layout_args("arrivals", state.arrivals))
+    return ops, route, Dispatch(state.recv.local, state.offsets, state.slots, ids, weights, r, heap), state
 
 
 def _push_values(d: Dispatch, x: DeviceArray, state: _MoeState) -> dict:
@@ -258,21 +257,37 @@ def _push_values(d: Dispatch, x: DeviceArray, state: _MoeState) -> dict:
                 **layouts.layout_args("arrivals", state.arrivals))
 
 
+def _kept(op: str, heap, world, key, stream, make):
+    """What a call returns, its launches kept under ``key`` (None: never kept) by :func:`.plan.run_kept`;
+    ``make()`` checks everything and returns (the heap's ops, the prepared launches, the result)."""
+    _need(isinstance(heap, SymmetricHeap) and heap.world is world,
+          f"{op}: heap must be a SymmetricHeap of the world passed")
+
+    def kept():
+        ops, launches, result = make()
+        return ops, Kept(launches, result)
+    return run_kept(op, heap, world, key, stream, kept).result
+
+
 def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: SymmetricHeap, stream=None,
                  timeout_ns: int | None = None, timeout: float | None = None) -> Dispatch:
     """Send each token's row (x: tokens x hidden, bf16/f16) to the ranks owning its ``topk_ids``
     (int32, tokens x k; experts split evenly, rank d owns ``[d·E/W, (d+1)·E/W)``); rows arrive in
     ``Dispatch.recv`` grouped by local expert. Two launches (route, push), no host sync; when the
     stream reaches the end of the push, every rank's rows for this rank have arrived. Every rank passes
-    the same shapes."""
-    x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
-    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_dispatch: timeout")
-    d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
-    cfg = dispatch_kernel.Config()
-    kernel = load(dispatch_kernel.build, cfg, Device.current())
-    work = -(-d.routing.tokens * d.routing.topk // cfg.warps)
-    heap_state(state.recv).launch(kernel, stream, timeout_ns, work=work, **_push_values(d, x, state))
-    return d
+    the same shapes. A repeated call with the same operands launches what the first prepared."""
+    op = "moe_dispatch"
+
+    def make():
+        xa, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
+        ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
+        ops, route, d, state = _route(ids, weights, r, heap, ns)
+        cfg = dispatch_kernel.Config()
+        push = ops.prepare(load(dispatch_kernel.build, cfg, Device.current()), ns,
+                           work=-(-r.tokens * r.topk // cfg.warps), **_push_values(d, xa, state))
+        return ops, (route, push), d
+    key = launch_key(op, (x, topk_ids, topk_weights), (num_experts, timeout_ns, timeout))
+    return _kept(op, heap, world, key, stream, make)
 
 
 def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, heap: SymmetricHeap, out=None,
@@ -284,33 +299,38 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
     pushing SM keeps ~170 KB of rows in flight; a few suffice where the GEMM dominates, as at the
     DeepSeek-V3 and Mixtral shapes, and each one taken costs the GEMM one SM; 4 beat 1 and 2 at both, at
     2 and 4 ranks: bench/RESULTS.md 2026-12-04).
-    Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were)."""
-    x, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
-    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_dispatch_gemm: timeout")
-    w = _as_array(w, "w")
-    out = _as_array(out, "out") if out is not None else None
-    out_dtype = out.dtype if out is not None else r.dtype
-    _, n, k, e = check_grouped((r.capacity, r.hidden), r.dtype, w.shape, w.dtype, (w.shape[0],), np.int32,
-                               out.shape if out is not None else None, out_dtype, w_layout=w_layout)
-    _need(w.is_contiguous, "moe_dispatch_gemm: w must be C-contiguous")
-    _need(e == r.local, f"moe_dispatch_gemm: w must hold this rank's {r.local} experts (num_experts / world), "
-          f"got {e}")
-    device = Device.current()
-    sms = context_sm_count(device)
-    grouped = plan_grouped(r.capacity, n, k, e, dtype_name(r.dtype), dtype_name(out_dtype), w_layout, sm_count=sms,
-                           smem_limit=device.smem_per_block_optin)
-    kernel = load(fused_kernel.build, fused_kernel.Config(grouped), device)
-    blocks = persistent_grid(kernel)
-    _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < blocks,
-          f"moe_dispatch_gemm: num_comm_sms must be in 1..{blocks - 1} (the blocks this context holds at once, "
-          f"less one for the GEMM), got {num_comm_sms!r}")
-    if out is None:
-        out = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
-    d, state = _route(ids, weights, r, world, heap, stream, timeout_ns)
-    values, _ = grouped_args(grouped, d.recv, w, d.offsets, out, r.capacity, n, k, e)
-    heap_state(state.recv).launch(kernel, stream, timeout_ns, num_comm_sms=num_comm_sms, **values,
-                                          **_push_values(d, x, state))
-    return d, out
+    Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were). A
+    repeated call with the same operands and ``out`` launches what the first prepared (``out=None``: a
+    new array every call, so nothing is kept)."""
+    op = "moe_dispatch_gemm"
+
+    def make():
+        xa, ids, weights, r = _check_dispatch(x, topk_ids, topk_weights, world, num_experts, heap)
+        ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
+        wa = _as_array(w, "w")
+        outa = _as_array(out, "out") if out is not None else None
+        out_dtype = outa.dtype if outa is not None else r.dtype
+        _, n, k, e = check_grouped((r.capacity, r.hidden), r.dtype, wa.shape, wa.dtype, (wa.shape[0],), np.int32,
+                                   outa.shape if outa is not None else None, out_dtype, w_layout=w_layout)
+        _need(wa.is_contiguous, f"{op}: w must be C-contiguous")
+        _need(e == r.local, f"{op}: w must hold this rank's {r.local} experts (num_experts / world), got {e}")
+        device = Device.current()
+        grouped = plan_grouped(r.capacity, n, k, e, dtype_name(r.dtype), dtype_name(out_dtype), w_layout,
+                               sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
+        kernel = load(fused_kernel.build, fused_kernel.Config(grouped), device)
+        blocks = persistent_grid(kernel)
+        _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < blocks,
+              f"{op}: num_comm_sms must be in 1..{blocks - 1} (the blocks this context holds at once, less one for "
+              f"the GEMM), got {num_comm_sms!r}")
+        if outa is None:
+            outa = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
+        ops, route, d, state = _route(ids, weights, r, heap, ns)
+        values, _ = grouped_args(grouped, d.recv, wa, d.offsets, outa, r.capacity, n, k, e)
+        fused = ops.prepare(kernel, ns, num_comm_sms=num_comm_sms, **values, **_push_values(d, xa, state))
+        return ops, (route, fused), (d, outa)
+    key = None if out is None else launch_key(op, (x, topk_ids, topk_weights, w, out),
+                                              (num_experts, w_layout, num_comm_sms, timeout_ns, timeout))
+    return _kept(op, heap, world, key, stream, make)
 
 
 def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stream=None,
@@ -318,29 +338,37 @@ def moe_combine(y: SymmetricBuffer, dispatch: Dispatch, world, *, out=None, stre
     """Bring the expert outputs back: ``out[t] = sum_k topk_weights[t, k] · y_owner[slot[t, k]]`` for this
     rank's tokens, where ``y`` (a capacity x N symmetric buffer, bf16/f16) holds each rank's expert
     outputs in its receive order (e.g. the second grouped GEMM's output over ``dispatch.offsets``).
-    ``out``: tokens x N, bf16, f16 or f32 (default y's dtype). One launch between two rank barriers."""
-    _need(isinstance(dispatch, Dispatch), f"moe_combine: dispatch must be what moe_dispatch returned, got "
+    ``out``: tokens x N, bf16, f16 or f32 (default y's dtype; None: a new array every call, so nothing is
+    kept). One launch between two rank barriers; a repeated call with the same operands launches what
+    the first prepared."""
+    op = "moe_combine"
+    _need(isinstance(dispatch, Dispatch), f"{op}: dispatch must be what moe_dispatch returned, got "
           f"{type(dispatch).__name__}")
-    r = dispatch.routing
-    timeout_ns = device_timeout_ns(world, timeout, timeout_ns, "moe_combine: timeout")
     _need(isinstance(y, SymmetricBuffer) and y.heap.world is world,
-          "moe_combine: y must be a SymmetricBuffer of the world passed (peers read it)")
-    _need(len(y.shape) == 2 and y.shape[0] == r.capacity and y.shape[1] % 8 == 0,
-          f"moe_combine: y must be ({r.capacity}, N) with N a multiple of 8 (the receive capacity), got {y.shape}")
-    _need(dtype_name(y.dtype) in ("bf16", "f16"), f"moe_combine: y must be bfloat16 or float16, got {y.dtype}")
-    n = y.shape[1]
-    out = _as_array(out, "out") if out is not None else empty((r.tokens, n), y.dtype, stream=stream)
-    _need(out.shape == (r.tokens, n) and out.is_contiguous and dtype_name(out.dtype) in ("bf16", "f16", "f32"),
-          f"moe_combine: out must be a contiguous ({r.tokens}, {n}) bf16, f16 or f32 array, got {out.shape} "
-          f"{out.dtype}")
-    cfg = combine_kernel.Config(dtype=dtype_name(y.dtype), out_dtype=dtype_name(out.dtype))
-    kernel = load(combine_kernel.build, cfg, Device.current())
-    units = r.tokens * (n // 8)
-    state = heap_state(y)
-    state.launch(kernel, stream, timeout_ns, work=-(-units // kernel.threads),
-                 ids=dispatch.topk_ids.ptr, slots=dispatch.slots.ptr, weights=dispatch.topk_weights.ptr, units=units,
-                 row_units=n // 8, topk=r.topk, local=r.local, out=out.ptr, **state.layout_args("y", y))
-    return out
+          f"{op}: y must be a SymmetricBuffer of the world passed (peers read it)")
+    r = dispatch.routing
+
+    def make():
+        ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
+        _need(len(y.shape) == 2 and y.shape[0] == r.capacity and y.shape[1] % 8 == 0,
+              f"{op}: y must be ({r.capacity}, N) with N a multiple of 8 (the receive capacity), got {y.shape}")
+        _need(dtype_name(y.dtype) in ("bf16", "f16"), f"{op}: y must be bfloat16 or float16, got {y.dtype}")
+        n = y.shape[1]
+        outa = _as_array(out, "out") if out is not None else empty((r.tokens, n), y.dtype, stream=stream)
+        _need(outa.shape == (r.tokens, n) and outa.is_contiguous and dtype_name(outa.dtype) in ("bf16", "f16", "f32"),
+              f"{op}: out must be a contiguous ({r.tokens}, {n}) bf16, f16 or f32 array, got {outa.shape} "
+              f"{outa.dtype}")
+        cfg = combine_kernel.Config(dtype=dtype_name(y.dtype), out_dtype=dtype_name(outa.dtype))
+        kernel = load(combine_kernel.build, cfg, Device.current())
+        units = r.tokens * (n // 8)
+        ops = heap_state(y)
+        combine = ops.prepare(kernel, ns, work=-(-units // kernel.threads), ids=dispatch.topk_ids.ptr,
+                              slots=dispatch.slots.ptr, weights=dispatch.topk_weights.ptr, units=units,
+                              row_units=n // 8, topk=r.topk, local=r.local, out=outa.ptr, **ops.layout_args("y", y))
+        return ops, (combine,), outa
+    key = None if out is None else launch_key(op, (dispatch.topk_ids, dispatch.slots, dispatch.topk_weights, out),
+                                              (buffer_key(y), r, timeout_ns, timeout))
+    return _kept(op, y.heap, world, key, stream, make)
 
 
 __all__ = ["grouped_gemm", "check_grouped", "plan_grouped", "MoeArgumentError", "moe_dispatch", "moe_dispatch_gemm",

@@ -35,6 +35,7 @@ from .common import ArgumentError
 
 MAX_PLANS = 64          # per heap
 MAX_LOCAL = 8           # local-operand variants per plan (tensor maps of different arrays)
+MAX_CALLS = 64          # operand variants kept per op and heap by run_kept (a model's layers each have their own)
 
 
 class Plan:
@@ -217,6 +218,37 @@ def heap_ops(what: str, buf, world, stream=None) -> HeapOps:
         refuse_capture(what, stream)
         state = _states[heap] = HeapOps(heap)
     return state
+
+
+class Kept:
+    """A kept call of an op that launches on a heap: its prepared launches (every argument packed once:
+    nothing a kernel needs from earlier calls is an argument) and what the call returns."""
+    __slots__ = ("launches", "result")
+
+    def __init__(self, launches, result=None):
+        self.launches, self.result = tuple(launch.launch for launch in launches), result
+
+    def __call__(self, stream) -> None:
+        for launch in self.launches:
+            launch(stream)
+
+
+def run_kept(op: str, heap, world, key, stream, make: Callable[[], tuple]) -> Kept:
+    """Queue one call of ``op`` on ``heap``: the Kept for ``key`` (the call's operands and options, as
+    :func:`.launches.launch_key` makes it; None: never kept) in the op's plan on the heap, else
+    ``make()``'s, which returns (the HeapOps of the heap the launches use, the Kept) after every check.
+    The plan (one per op and heap, a key every rank shares) owns nothing; the heap's close drops it and
+    what it keeps (MAX_CALLS, the oldest out). A miss on one rank and a hit on another are both safe:
+    what ``make`` allocates collectively is keyed by shapes, which every rank shares."""
+    state, plan = lookup(op, heap, world, op)
+    steps = plan.local(key) if plan is not None and key is not None else None
+    if steps is None:
+        refuse_capture(op, stream)             # a first call allocates and loads
+        state, step = make()
+        plan = state.get(op) or state.make(op, op, stream, lambda: Plan(max_local=MAX_CALLS))
+        steps = (step,) if key is None else plan.local(key, lambda: (step,))
+    state.run(plan, steps, stream)
+    return steps[0]
 
 
 def heap_state(buf: SymmetricBuffer) -> HeapOps:

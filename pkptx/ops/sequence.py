@@ -40,7 +40,7 @@ from ..templates.kernels import ulysses as ulysses_kernel
 from .attention import AttentionArgumentError, BOX, check_attention, operand_array, optional_array, shape_dtype
 from .common import dtype_name, load
 from .launches import launch_key, tensor_map
-from .plan import Plan, buffer_key, heap_state, lookup, refuse_capture
+from .plan import Kept, buffer_key, heap_state, run_kept
 
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
 MIN_COMM_SMS = 8              # communicators at least (a quarter of the SMs at most): auto_comm_sms
@@ -48,7 +48,6 @@ SM_PUSH = 6e9                 # bytes/s one communicator block moves beside a ru
                               # Ulysses pieces): H200, MPS, 2 and 4 ranks, 8 communicators (bench/RESULTS.md
                               # 2026-12-04; a block alone copies ~40 GB/s, probe/push_probe.py)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
-MAX_CALLS = 64                # operand variants kept per op and heap (a model's layers each have their own)
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
 
@@ -224,36 +223,6 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
     return _agreed[key]
 
 
-class _Kept:
-    """A kept call's step: its prepared launch, every argument packed once (nothing a kernel needs from
-    earlier calls is an argument). ``out``: the buffer the launch writes its result into, when the op
-    supplies it."""
-    __slots__ = ("launch", "out")
-
-    def __init__(self, launch, out=None):
-        self.launch, self.out = launch.launch, out
-
-    def __call__(self, stream) -> None:
-        self.launch(stream)
-
-
-def _run(op: str, world, heap, key, stream, make) -> _Kept:
-    """Queue one call: the step kept for ``key`` (the call's operands and options, as
-    :func:`.launches.launch_key` makes it; None: never kept) in the op's plan on its heap, else
-    ``make()``'s, which returns (the HeapOps of the heap the launch uses, the step) after every check.
-    The plan (one per op and heap, a key every rank shares) owns nothing; the heap's close drops it and
-    the steps it keeps (:data:`MAX_CALLS`, the oldest out)."""
-    state, plan = lookup(op, _workspace.heap(world, heap), world, op)
-    steps = plan.local(key) if plan is not None and key is not None else None
-    if steps is None:
-        refuse_capture(op, stream)             # a first call allocates and loads
-        state, step = make()
-        plan = state.get(op) or state.make(op, op, stream, lambda: Plan(max_local=MAX_CALLS))
-        steps = (step,) if key is None else plan.local(key, lambda: (step,))
-    state.run(plan, steps, stream)
-    return steps[0]
-
-
 def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
                    heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
                    timeout_ns: int | None = None, timeout: float | None = None,
@@ -268,7 +237,7 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
         q_arr = operand_array(q, op, "q")
         out = empty(q_arr.shape, q_arr.dtype)
     key = launch_key(op, (q, k, v, out, lse), (causal, scale, num_comm_sms, timeout_ns, timeout, config))
-    _run(op, world, heap, key, stream, lambda: _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms,
+    run_kept(op, _workspace.heap(world, heap), world, key, stream, lambda: _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms,
                                                      timeout_ns, timeout, config))
     return out
 
@@ -304,7 +273,7 @@ def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeo
                            pieces=p["pieces"], row_bytes=p["row_bytes"], scale_log2=scale * math.log2(math.e),
                            **state.layout_args("kr", kr), **state.layout_args("vr", vr),
                            **state.layout_args("arrive", arrive.buffer))
-    return state, _Kept(launch)
+    return state, Kept((launch,))
 
 
 def _map_table(buf: SymmetricBuffer, dtype, shape, box, swizzle) -> DeviceArray:
@@ -338,9 +307,9 @@ def ulysses_attention(q, k, v, world, *, causal: bool = False, scale: float | No
     op = "ulysses_attention"
     key = launch_key(op, (q, k, v), (buffer_key(out), buffer_key(lse), causal, scale, num_comm_sms,
                                      timeout_ns, timeout))
-    step = _run(op, world, heap, key, stream, lambda: _ulysses(op, q, k, v, out, lse, world, heap, causal, scale,
+    step = run_kept(op, _workspace.heap(world, heap), world, key, stream, lambda: _ulysses(op, q, k, v, out, lse, world, heap, causal, scale,
                                                                num_comm_sms, timeout_ns, timeout))
-    return step.out if out is None else out
+    return step.result if out is None else out
 
 
 def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeout_ns, timeout):
@@ -387,7 +356,7 @@ def _ulysses(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, ti
                            row_pieces=p["row_pieces"], pieces=p["pieces"], piece_bytes=p["piece_bytes"],
                            scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer),
                            **state.layout_args("lse", lse))
-    return state, _Kept(launch, out)
+    return state, Kept((launch,), out)
 
 
 __all__ = ["ring_attention", "ulysses_attention", "check_ring", "check_ulysses", "SequenceArgumentError"]

@@ -135,9 +135,8 @@ def _sequence_and_moe_calls(heap, stream=None):
 
 def test_sequence_and_moe_calls_launch_the_same_arguments_every_time(heap, fake, packed):
     """Their kernels count their launches on the device, so each kernel's arguments are the same bytes at
-    every call, as a graph replay needs (ring, Ulysses, MoE route and push); ring and Ulysses calls
-    captured too (moe_dispatch prepares its launches at each call, which asks the context's SM count:
-    cuCtxSetCurrent, not among the fake's calls known safe in a capture)."""
+    every call, as a graph replay needs (ring, Ulysses, MoE route and push), and a repeated call is its
+    kept launches only, so all three are captured too."""
     Device(0).set_current()
     stream = Stream(non_blocking=True)
     ring, ulysses, moe = _sequence_and_moe_calls(heap, stream)
@@ -147,6 +146,7 @@ def test_sequence_and_moe_calls_launch_the_same_arguments_every_time(heap, fake,
         for _ in range(3):
             ring()
             ulysses()
+            assert moe() is moe()                           # the kept call's Dispatch
     assert fake.unsafe == [] and set(fake.during_capture) <= SAFE_IN_CAPTURE
     arguments: dict[str, set] = {}
     for entry, values in packed:

@@ -138,3 +138,23 @@ def test_combine_after_a_dispatch(heap, fake):
     before = len(fake.launches)
     pkptx.moe_combine(y, d, heap.world)
     assert len(fake.launches) > before
+
+
+def test_repeated_moe_calls_are_their_kept_launches(heap, fake, bindings):
+    """A second dispatch, fused dispatch+GEMM (given its out) or combine (given its out) with the same
+    operands prepares nothing: it queues what the first prepared (and returns the same results)."""
+    world = heap.world
+    x, ids, weights, w = _bf16(16, 64), empty((16, 2), np.int32), empty((16, 2), np.float32), _bf16(4, 128, 64)
+    d = pkptx.moe_dispatch(x, ids, weights, world, 4, heap=heap)
+    out = empty((d.routing.capacity, 128), BF16)
+    y = heap.alloc((d.routing.capacity, 64), BF16)
+    combined = empty((16, 64), BF16)
+    calls = [lambda: pkptx.moe_dispatch(x, ids, weights, world, 4, heap=heap),
+             lambda: pkptx.moe_dispatch_gemm(x, ids, weights, w, world, 4, heap=heap, out=out, num_comm_sms=1),
+             lambda: pkptx.moe_combine(y, d, world, out=combined)]
+    for call in calls:
+        first = call()
+        prepared, launched = len(bindings), len(fake.launches)
+        again = call()
+        assert len(bindings) == prepared and len(fake.launches) > launched
+        assert again is first or again == first
