@@ -51,6 +51,15 @@ def test_sp_attention_graph_replays_new_inputs_2rank(gpu):
 
 @pytest.mark.gpu
 @pytest.mark.mpi
+def test_moe_dispatch_combine_graph_replays_new_routings_2rank(gpu):
+    """2 ranks, time-sliced: dispatch, copy and combine captured; 3 replays with new tokens and routings,
+    each combine equal to numpy's (a token's row times its summed top-k weights)."""
+    for rank, outcome in enumerate(_run(2, None, "moe")):
+        assert not outcome["failures"], f"rank {rank}: {outcome['failures'][:2]}"
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
 def test_all_reduce_inside_torch_cuda_graph(gpu):
     outcome = _run(2, None, "torch")
     if "skipped" in outcome[0]:

@@ -10,6 +10,8 @@ eager call after the replays too (the device-side epochs continue across graphs 
 of 3 replays new inputs go into the same buffers, and the replay must equal an eager call on those inputs
 (bit for bit) and float64 attention over the whole sequence (the kernels count their launches on the
 device, so a replay waits for its own launch's flags, not the capture's).
+``moe``: moe_dispatch, a copy of the received rows and moe_combine captured, replayed with new tokens and
+routings (checked against numpy: rows arrive in any order).
 ``recovery``: rank 1 refuses an all-reduce (bad op) while the others launch it; each waiting rank must
 get a DeviceTimeoutError naming rank 1, the heap must then refuse calls, and after ``heap.reset()`` on
 every rank good calls must give correct results. ``late``: rank 1 launches an all-reduce after the
@@ -210,6 +212,62 @@ def sp_graphs(world, device, heap) -> dict:
     return dict(cases=names, failures=failures)
 
 
+def moe_graph(world, device, heap) -> dict:
+    """moe_dispatch, a bulk copy of the received rows into a symmetric y, and moe_combine, captured once and
+    replayed with new tokens and routings in the same buffers: combine then gives each token its row
+    times the sum of its top-k weights, whatever order the rows arrived in (so it is checked against
+    numpy, not bit for bit against an eager call)."""
+    stream = Stream(non_blocking=True)
+    tokens, hidden, topk, experts = 64, 64, 2, 2 * world.size
+    rng = np.random.default_rng(100 + world.rank)
+
+    def draw():
+        x = rng.standard_normal((tokens, hidden), dtype=np.float32).astype(BF16)
+        ids = np.stack([rng.permutation(experts)[:topk] for _ in range(tokens)]).astype(np.int32)
+        return x, ids, rng.random((tokens, topk), dtype=np.float32)
+
+    host = draw()
+    x, ids, weights = (from_numpy(a) for a in host)
+    combined = empty((tokens, hidden), np.float32)
+    failures = []
+
+    def call(s):
+        d = pkptx.moe_dispatch(x, ids, weights, world, experts, heap=heap, stream=s)
+        if "y" not in ys:                                  # made by the first call, never in the capture
+            ys["y"] = heap.alloc(d.recv.shape, BF16)
+        y = ys["y"]
+        pkptx.bulk_copy(y.local, d.recv, stream=s)
+        pkptx.moe_combine(y, d, world, out=combined, stream=s)
+
+    def check(what):
+        collectives.synchronize(stream, what=f"moe {what}")
+        want = host[0].astype(np.float64) * host[2].sum(axis=1, keepdims=True)
+        err = float(np.linalg.norm(combined.to_numpy() - want) / np.linalg.norm(want))
+        if not err < 1e-2:
+            failures.append(f"{what}: relative error {err:.3g} (NaN: work not done)")
+
+    ys: dict = {}
+    try:
+        call(stream)                                       # the plans, and y
+        check("eager")
+        with capture(stream) as cap:
+            call(stream)
+        for replay in range(1, REPLAYS + 1):
+            host = draw()
+            for dev, a in zip((x, ids, weights), host):
+                dev.copy_from_numpy(a)
+            combined.fill(float("nan"))
+            device.synchronize()
+            world.barrier(what=f"moe: inputs of replay {replay} written")
+            cap.graph.replay(1, stream)
+            check(f"replay {replay}")
+            world.barrier(what=f"moe: replay {replay} read")
+    except Exception:
+        failures.append(traceback.format_exc()[-1500:])
+    world.barrier(what="moe done")
+    return dict(failures=failures)
+
+
 def torch_graph(world, heap) -> dict:
     try:
         import torch
@@ -305,11 +363,13 @@ def main() -> None:
     world = World()
     device = Device(world.device_ordinal()).set_current()
     heap = SymmetricHeap(world, 64 << 20)
-    wanted = sys.argv[1:] or ["graphs", "sp", "torch", "recovery", "late"]
+    wanted = sys.argv[1:] or ["graphs", "sp", "moe", "torch", "recovery", "late"]
     if "graphs" in wanted:
         report(world.rank, "graphs", **graphs(world, device, heap))
     if "sp" in wanted:
         report(world.rank, "sp", **sp_graphs(world, device, heap))
+    if "moe" in wanted:
+        report(world.rank, "moe", **moe_graph(world, device, heap))
     if "torch" in wanted:
         report(world.rank, "torch", **torch_graph(world, heap))
     if "recovery" in wanted and world.size > 1:
