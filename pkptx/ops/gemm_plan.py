@@ -42,7 +42,9 @@ EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, 
     "direct": 64e9,           # a guess until probe/gemm_sweep_probe.py measures it (not chosen by default)
 }
 FILL_ENOUGH = 0.9             # wave efficiency at splits=1 above which split-K is never considered
-MIN_SLICE_BLOCKS = 4          # k-blocks per K slice, at least (else refill dominates)
+MIN_SLICE_BLOCKS = 8          # k-blocks per K slice, at least: a shorter slice spends more on refill and on its
+                              # partial's round trip than it saves (512³: 6.2 us whole, 7.2 us in two slices,
+                              # probe/data/gemm_sweep_2026-12-03.txt)
 MAX_SPLITS = 16
 MAX_STAGES = 8
 
