@@ -91,6 +91,18 @@ def mismatch(got, want, exact):
     return None if err < 1e-5 else f"relative error {err:g}"
 
 
+def attempt(failures: list, op: str, world, check, done: str) -> None:
+    """Run ``check()`` (what went wrong, or None) and record its failure or exception for ``op``, then meet
+    the other ranks at ``done``: failures are recorded, never raised, so ranks never diverge."""
+    try:
+        bad = check()
+        if bad:
+            failures.append(dict(op=op, error=bad))
+    except Exception:
+        failures.append(dict(op=op, error=traceback.format_exc()[-1500:]))
+    world.barrier(what=done)
+
+
 def graphs(world, device, heap) -> dict:
     stream = Stream(non_blocking=True)
     failures, names = [], []
@@ -102,7 +114,7 @@ def graphs(world, device, heap) -> dict:
             output.fill(float("nan"))
             device.synchronize()
             world.barrier(what=f"{name}: {what}")
-        try:
+        def check():
             setup()
             poison("inputs written")
             call(stream)                                   # the plan, and the eager result
@@ -118,12 +130,8 @@ def graphs(world, device, heap) -> dict:
             poison("replayed")
             call(stream)                                   # eager again, after the graph's launches
             collectives.synchronize(stream, what=f"{name} eager after replays")
-            bad = bad or mismatch(output.to_numpy(), want, exact)
-            if bad:
-                failures.append(dict(op=name, error=bad))
-        except Exception:
-            failures.append(dict(op=name, error=traceback.format_exc()[-1500:]))
-        world.barrier(what=f"{name} done")
+            return bad or mismatch(output.to_numpy(), want, exact)
+        attempt(failures, name, world, check, f"{name} done")
     return dict(cases=names, failures=failures)
 
 
@@ -185,7 +193,7 @@ def sp_graphs(world, device, heap) -> dict:
                 f"{what}: relative error {err:.3g}, LSE error {lse_err:.3g} (NaN: work not done)"
             return (got, got_lse), bad
 
-        try:
+        def check(mine=mine, ref=ref, ref_lse=ref_lse):         # rebound by each replay
             poison("first inputs written")
             call(stream)                                   # the plan
             _, bad = result("eager", ref, ref_lse)
@@ -204,11 +212,8 @@ def sp_graphs(world, device, heap) -> dict:
                 eager, wrong = result(f"eager after replay {replay}", ref, ref_lse)
                 bad = bad or wrong or next((f"replay {replay} differs from the eager call" for a, b in
                                             zip(replayed, eager) if a.tobytes() != b.tobytes()), None)
-            if bad:
-                failures.append(dict(op=op, error=bad))
-        except Exception:
-            failures.append(dict(op=op, error=traceback.format_exc()[-1500:]))
-        world.barrier(what=f"sp {op} done")
+            return bad
+        attempt(failures, op, world, check, f"sp {op} done")
     return dict(cases=names, failures=failures)
 
 
