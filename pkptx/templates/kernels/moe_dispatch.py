@@ -248,8 +248,12 @@ def push_roles(warps: int, chunk: int) -> dict:
     every bulk group but the newest has written), not after a wait for its own writes, so a pusher
     keeps a load and a store in flight; its last row's is raised after its last task
     (``wait_group 0``)."""
+    push_tasks = None           # made by comm_tasks, before the task loop
+
     def comm_tasks(ctx):
-        return ctx.b.div(u32, ctx.b.add(u32, ctx.p.pairs, warps - 1), warps, name="push_tasks")
+        nonlocal push_tasks
+        push_tasks = ctx.b.div(u32, ctx.b.add(u32, ctx.p.pairs, warps - 1), warps, name="push_tasks")
+        return push_tasks
 
     def raise_unsignalled(b, unsignalled):
         """The counter of the row before (written: the caller waited), if there is one."""
@@ -295,7 +299,7 @@ def push_roles(warps: int, chunk: int) -> dict:
                 raise_unsignalled(b, unsignalled)
                 blk = b.shr(u32, b.mov(u32, slot), BLOCK_ROWS.bit_length() - 1, name="slot_block")
                 b.mov(u64, flag_address(b, ctx.layouts["arrivals"], owner, blk), into=unsignalled)
-        last = b.setp("ge", u32, b.add(u32, task, ctx.p.num_comm_sms), comm_tasks(ctx),
+        last = b.setp("ge", u32, b.add(u32, task, ctx.p.num_comm_sms), push_tasks,
                       name="last_push_task")
         with b.if_then(b.setp("eq", u32, lane, 0, combine="and", c=last, name="flush_pusher")):
             publish_async_writes(b)                           # the last row is written, not only read out
