@@ -100,7 +100,6 @@ class Template:
     comm_threads: int | None = None      # threads per block when there is no compute side
     comm_first: bool = False             # communicators take the first tickets (they never wait)
     progress: bool = True                # roles from launch tickets (off only where no block ever waits)
-    balance_rounds: bool = False         # compute roles take every other full round of tasks in reverse
 
     @property
     def dynamic_smem(self) -> int:
@@ -233,34 +232,15 @@ class Template:
                    epoch)
 
     @staticmethod
-    def _walk(ctx: Ctx, first, stride, num_tasks, role: Role, role_tid, role_threads: int, *,
-              balance: bool = False) -> None:
-        """``for task in range(first, num_tasks, stride): role(ctx, task)`` with register bounds.
-        ``balance``: in every other full round of ``stride`` tasks the walker runs the task mirrored in
-        the round (``stride - 1 - first`` in place of ``first``). For tasks that come longest first,
-        the walker that took a round's longest takes the next one's shortest; in plain round-robin the
-        first walkers get ~3 % more causal attention work than the average, and the launch waits for
-        them. Every role of a block walks alike, so they agree on each task."""
+    def _walk(ctx: Ctx, first, stride, num_tasks, role: Role, role_tid, role_threads: int) -> None:
+        """``for task in range(first, num_tasks, stride): role(ctx, task)`` with register bounds."""
         b = ctx.b
         task = b.mov(u32, first, name="task")
         sub = replace(ctx, role_tid=role_tid, role_threads=role_threads)
         with b.loop("tasks") as lp:
             lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
-            role(sub, Template._mirrored(b, task, stride, num_tasks) if balance else task)
+            role(sub, task)
             b.add(u32, task, stride, into=task)
-
-    @staticmethod
-    def _mirrored(b: Builder, task, stride, num_tasks):
-        """``task`` (round r = task / stride) mirrored in its round when r is odd and the round is full.
-        Computed from the loop's own registers, with nothing carried across tasks: the tightest kernels
-        (three consumer warpgroups at 128 registers) spill with two more loop-carried registers."""
-        rnd = b.div(u32, task, stride, name="round")
-        start = b.mul(u32, rnd, stride, mode="lo", name="round_start")
-        end = b.add(u32, start, stride, name="round_end")
-        flip = b.setp("le", u32, end, num_tasks, combine="and",
-                      c=b.setp("ne", u32, b.and_(b32, rnd, 1), 0, name="odd_round"), name="mirrored_round")
-        mirror = b.sub(u32, b.add(u32, b.sub(u32, end, 1), start), task, name="mirrored")
-        return b.selp(u32, mirror, task, flip, name="balanced_task")
 
     def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer) -> None:
         b = ctx.b
@@ -276,11 +256,10 @@ class Template:
                     if role is None:
                         continue
                     with b.if_then(b.setp("eq", u32, warp, index, name="is_role_warp"), uniform=True):
-                        self._walk(ctx, block, workers, num_tasks, role, lane, 32, balance=self.balance_rounds)
+                        self._walk(ctx, block, workers, num_tasks, role, lane, 32)
             with consumer_arm:
                 if self.rebalance:
                     b.setmaxnreg("inc", self.consumer_budget)
                 if consumer is not None:
                     role_tid = b.sub(u32, ctx.tid, WARPGROUP, name="consumer_tid")
-                    self._walk(ctx, block, workers, num_tasks, consumer, role_tid, WARPGROUP * self.consumers,
-                               balance=self.balance_rounds)
+                    self._walk(ctx, block, workers, num_tasks, consumer, role_tid, WARPGROUP * self.consumers)

@@ -155,6 +155,8 @@ class RingPlan(PeerPlan):
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
+        if self.cfg.causal:
+            task = attention.zigzag(ctx, task)
         q_blocks, heads, chunk = ctx.p.q_blocks, ctx.p.heads, ctx.p.chunk
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
@@ -217,10 +219,9 @@ def communicating(cfg, plan, *, announce, **template):
     """Attention's template and roles for a kernel whose communicators take the first tickets (compute
     blocks wait on them; they never wait on compute blocks): the prologue also reads this launch's
     number (``ctx.launch``, from :func:`launches_word`; the epilogue must end with :func:`close_launch`)
-    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started. Rounds of tasks are
-    balanced only when causal (otherwise every task is the same work)."""
+    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
     base = attention.template(cfg.attention)
-    t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True, balance_rounds=cfg.causal,
+    t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
                             **{k: v(base) if callable(v) else v for k, v in template.items()})
     parts = attention.roles(cfg.attention, plan)
     start = parts.pop("prologue")
