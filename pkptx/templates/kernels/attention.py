@@ -134,15 +134,39 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Loaded:
+    """A K/V block whose loads the loader has just issued: its index in the run, its first key, its
+    shared-memory tiles ("k" and "v"), and ``landed()``, which emits the wait until its bytes are in."""
+    kb: Reg
+    key0: Reg
+    tiles: dict
+    landed: Callable
+
+
+@dataclass(frozen=True)
 class Keys:
     """One run of K/V blocks a task attends to: key j of the run is visible to row i when ``j < seq_k``
-    and ``j <= i + diag``; the loader's tensor maps and coordinates for key ``key``, and what it must
-    do before loading block ``kb`` (e.g. wait for the block to arrive from a peer)."""
+    and ``j <= i + diag``; the loader's tensor maps and coordinates for key ``key``, what it must do
+    before loading block ``kb`` (e.g. wait for the block to arrive from a peer), after issuing a block's
+    loads (e.g. send it on to peers from shared memory) and after the run's last block."""
     seq_k: Reg
     diag: Reg
     tmap: Callable = None            # "k" | "v" -> tensor map address (loader only)
     coords: Callable = None          # (column, key) -> coordinates (loader only)
     before_load: Callable = None     # kb -> None (loader only)
+    after_load: Callable = None      # Loaded -> None (loader only)
+    after_run: Callable = None       # blocks of the run -> None (loader only)
+
+
+def kv_boxes(b, cfg: "Config", x: str, tile, key0):
+    """(shared address, column, key) of each TMA box of the K (``x`` = "k") or V block whose first key
+    is ``key0``, in its tile at ``tile``: how the loader lays a block out, and how a copy of it is
+    stored elsewhere box by box."""
+    for kk in range(cfg.block_k // BOX_ROWS):
+        key = b.add(u32, key0, kk * BOX_ROWS, name="key")
+        for db in range(cfg.head_dim // BOX_COLS):
+            offset = k_box_offset(db, kk, cfg.block_k) if x == "k" else v_box_offset(db, kk, cfg.head_dim)
+            yield address(tile, offset), db * BOX_COLS, key
 
 
 def zigzag(ctx, task):
@@ -241,7 +265,7 @@ class Turns:
 
 
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:
-    d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
+    d_boxes = cfg.head_dim // BOX_COLS
 
     q_uses = kv_uses = None        # the rings' counters (every role thread its own), made by the prologue
 
@@ -277,22 +301,27 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                                   t.q_coords(db * BOX_COLS, row), q_full)
 
             def run(keys: Keys):
-                for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
-                    stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
+                blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+                for j in b.range(0, blocks, name="kv"):
+                    slot = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free")
                     if keys.before_load is not None:
                         keys.before_load(j)
                     key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+                    tiles = {}
                     for ring, x in enumerate("kv"):
-                        full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
-                        tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
-                        for kk in range(k_boxes):
-                            key = b.add(u32, key0, kk * BOX_ROWS, name="key")
-                            for db in range(d_boxes):
-                                offset = (k_box_offset(db, kk, cfg.block_k) if x == "k"
-                                          else v_box_offset(db, kk, cfg.head_dim))
-                                b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key),
-                                              full)
+                        full = kv_pipe.commit(b, cfg.kv_bytes, stage=slot.stage, ring=ring)
+                        tiles[x] = b.mad(u32, slot.stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo",
+                                         name=f"{x}_dst")
+                        for box, col, key in kv_boxes(b, cfg, x, tiles[x], key0):
+                            b.tensor_load(box, keys.tmap(x), keys.coords(col, key), full)
+                    if keys.after_load is not None:
+                        def landed(slot=slot):
+                            for ring in (0, 1):
+                                kv_pipe.wait(b, slot, deadline=ctx.deadline, ring=ring, name="wait_kv_landed")
+                        keys.after_load(Loaded(j, key0, tiles, landed))
                     kv_pipe.advance(b)
+                if keys.after_run is not None:
+                    keys.after_run(blocks)
 
             plan.keys(ctx, t, run, loader=True)
             q_pipe.advance(b)

@@ -1,66 +1,68 @@
-"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; K/V shards
-travel around the ring while the compute blocks attend to the shards already in hand, and the online
-softmax simply runs on across shards, so partial results are never merged (no merge pass, no LSE
-round trip).
+"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; every task
+attends to the shards in ring order (its own, then rank r-1's, r-2's, ...) while the peers' shards
+arrive, and the online softmax simply runs on across shards, so partial results are never merged (no
+merge pass, no LSE round trip).
 
-Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the previous rank's
-communicators and on the next rank's ticket 0, never on compute blocks) forward shards: at step
-s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
-r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
-memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
-(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes``
-threads of the communicator each move a share of the piece (:func:`stream_copy`, 16 KiB chunks, loads
-running ``relay_stages - 1`` chunks ahead of stores) and signal, so a flag reaches ``lanes · n`` in the
-n-th launch. Piece p is always moved by communicator ``p mod num_comm_sms`` on every rank, step by step,
-so a communicator waits only on its namesake of the previous rank for an earlier (step, piece), which has
-started (by induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the
-same ``num_comm_sms``.
+No block is set aside to communicate. A shard travels out of the shared memory it is loaded into
+anyway: for each (batch, K/V head), the first task of the walk that attends to it (the last query
+block of the later zigzag chunk, of the group's first Q head: its *pusher* task) loads its own shard's
+every K/V block, and its loader, once a block has landed, TMA-stores the block's boxes straight into
+each peer's receive slot for this rank, through that peer's tensor map (``kr_tmaps``/``vr_tmaps``). A
+block's arrival flag on the peer is raised once the stores that follow it are issued
+(``cp.async.bulk.wait_group 1``; the run's last after ``wait_group 0``; then ``fence.proxy.async.global;
+red.release.sys.global.add``), so a store stays in flight while the loader goes on. The stores are one
+bulk group per block, and a stage is loaded again only two blocks later, after its group is complete.
+The shards are pushed by their owners (no relay through intermediate ranks), so a loader waits only on
+the owner of the data it needs, and a rank receives only what its queries see.
 
-Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
-the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
-first push into r+1, a communicator waits until r+1's ticket 0 has signalled that r+1's launch started
-(its previous call, earlier on its stream, is done reading the slots). Compute loaders, before
-TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquire.sys``;
-``fence.proxy.async.global``). Flags count launches, so they are never reset: the n-th launch waits for
-n (times the signals per launch), n read on entry from arrive[LAUNCHES], the count of launches done on
-this rank, which the launch's last block advances (:func:`..progress.read_launch_count`; device state,
-so the arguments never change and a CUDA graph replays correctly). Waits name in their flag id the rank
-whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
+Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of the
+gathered K/V): no slot is reused within a call. Across calls, the closing barrier of a launch
+(:func:`close_launch`) ends it on every rank only when every block of every rank is done, so the next
+launch's pushes never overwrite data a peer still reads. Compute loaders, before TMA-loading a peer's
+block, acquire-wait its arrival flag and fence (``ld.acquire.sys``; ``fence.proxy.async.global``); the
+flag names in its id the rank whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`). Flags count
+launches, so they are never reset: the n-th launch waits for n, read on entry from arrive[LAUNCHES],
+the count of launches done on this rank, which the launch's last block advances
+(:func:`..progress.read_launch_count`; device state, so the arguments never change and a CUDA graph
+replays correctly).
+
+Forward progress: a task waits only on pusher tasks of peers with a task index at most its own, and a
+pusher waits on no peer before its pushes, while every block walks its tasks in increasing index (zigzag
+rounds only reorder within a round), so by induction on the index every wait is met with every block
+resident (the persistent grid), whatever the ranks' grid sizes.
 
 Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
 2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
 pair is full (key chunk earlier), diagonal (the same chunk) or skipped (later): a run of keys with
-``diag`` = chunk, 0 or -chunk in :mod:`.attention`'s terms. Non-causal: one chunk per shard, all full.
+``diag`` = chunk, 0 or -chunk in :mod:`.attention`'s terms. Rank r's early chunk is seen by every rank,
+its late chunk only by ranks below r, so only they are sent it. Non-causal: one chunk per shard, all
+full.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, Scope, Sem, b8, f32, u32, u64
-from ...primitives import Pipeline, StageRing
 from ...primitives.layout import ParallelLayout
-from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
-from ...primitives.stream import stream_copy
+from ...primitives.p2p import TensorMapTable, store_async
+from ...primitives.sync import Deadline, flag_address, signal, wait
 from ...primitives.tma import tensor_map_param
-from ..lcsc import WINDOW_SLACK, Buffer, Ring
 from ..progress import close_barrier, read_launch_count
 from . import attention
 
-KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
+ARRIVE = ParallelLayout("arrive")
 LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
-READY = 1                 # arrive[1]: the next rank's launch has started (it adds 1 per launch)
+PIECES = 1                # arrive[PIECES + i]: the arrival flag of piece i (:func:`arrival_index`)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
-KEY_BLOCK = 128           # keys per piece (and per arrival flag)
-RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
-RELAY_LANES = 12          # (H200, probe/push_probe.py, bench/RESULTS.md 2026-12-03)
+KEY_BLOCK = 128           # keys per pushed block (and per arrival flag)
+MAPS = tuple(TensorMapTable(n) for n in ("kr", "vr"))
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
-    Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
-    Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
-    Param("k_blocks", u32), Param("pieces", u32), Param("row_bytes", u32), Param("scale_log2", f32))
+    Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
+    Param("kv_heads", u32), Param("group", u32), Param("chunk", u32), Param("k_blocks", u32),
+    Param("scale_log2", f32))
 
 
 @dataclass(frozen=True)
@@ -68,18 +70,7 @@ class Config:
     """The attention configuration of the compute blocks, and the mask (also Ulysses' Config)."""
     attention: attention.Config = attention.Config()
     causal: bool = False
-    relay_lanes: int | None = None   # threads of a communicator that each move every lanes-th chunk of a piece
-                                     # (and signal); None: as many as the window holds stages, at most RELAY_LANES
-    relay_stages: int = 1     # shared-memory stages per lane: its loads run stages - 1 chunks ahead of its stores
-    relay_chunk: int = RELAY_CHUNK   # bytes per chunk
     prefix = "ring"           # of the kernel name (a class attribute, not a field)
-
-    @property
-    def lanes(self) -> int:
-        if self.relay_lanes is not None:
-            return self.relay_lanes
-        window = attention.template(self.attention).dynamic_smem - WINDOW_SLACK
-        return max(1, min(RELAY_LANES, window // (self.relay_stages * self.relay_chunk)))
 
     @property
     def halves(self) -> int:
@@ -92,28 +83,26 @@ class Config:
 
     @property
     def name(self) -> str:
-        relay = "" if (self.relay_lanes, self.relay_stages, self.relay_chunk) == (None, 1, RELAY_CHUNK) else \
-            f"_l{self.lanes}s{self.relay_stages}c{self.relay_chunk // 1024}"
-        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}{relay}"
+        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}"
 
 
-def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
-    """arrive[READY + 1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
+def arrival_index(b, ctx, batch, kv_head, src, khalf, kb, halves: int):
+    """arrive[PIECES + (((batch·world + src)·halves + khalf)·kv_heads + kv_head)·k_blocks + kb]: the flag
+    of block kb of (batch, K/V head) of source ``src``'s chunk ``khalf``."""
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
     if halves == 2:
         slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), READY + 1, name="piece_flag")
+    slot = b.mad(u32, slot, ctx.p.kv_heads, kv_head, mode="lo", name="head_slot")
+    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), PIECES, name="piece_flag")
 
 
 def later_deadline(ctx, shift: int = 3) -> Deadline:
-    """The compute blocks' budgets: the loaders' waits for peer data end timeout / 2^shift later than the
-    communicators' (shift 3), the consumers' waits for their loader later still (shift 2). So when a rank
-    never comes, a communicator's wait on that rank itself expires and is reported first (every rank's
-    communicators wait on every other rank, directly or along the ring), not a wait on data that an
-    intact rank could not pass on, nor a consumer's wait on a loader that is still waiting."""
+    """The compute blocks' later budgets (Ulysses' loaders ``shift`` 3, the consumers 2): a wait on a
+    rank that never comes expires and is reported first, not a wait on data an intact rank could not
+    pass on, nor a consumer's wait on a loader that is still waiting."""
     b = ctx.b
     margin = b.shr(u64, b.load_param("timeout_ns"), shift, name="compute_margin")
-    return dataclasses.replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
+    return replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
 
 
 class PeerPlan(attention.Plan):
@@ -124,16 +113,6 @@ class PeerPlan(attention.Plan):
 
     def consumer_deadline(self, ctx):
         return later_deadline(ctx, 2)
-
-
-def await_piece(ctx, index, src, lanes: int, *, deadline: Deadline) -> None:
-    """Acquire the piece's arrival (every relay lane of the sender has signalled, ``lanes`` per launch),
-    then order it before the async proxy's (TMA) reads of the data."""
-    b = ctx.b
-    expected = b.mul(u32, ctx.launch, lanes, mode="lo", name="piece_signals")
-    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
-         scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
-    b.fence_proxy_async("global")
 
 
 @dataclass(frozen=True)
@@ -151,7 +130,8 @@ def run_diag(b, key_chunk, query_chunk, length, skip):
 
 class RingPlan(PeerPlan):
     """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
-    keys shard by shard in arrival order (own shard first), chunk by chunk."""
+    keys shard by shard in ring order (own shard first), chunk by chunk; the pusher tasks send their own
+    shard's blocks on as they load them."""
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
@@ -167,6 +147,16 @@ class RingPlan(PeerPlan):
         return RingTask(batch, head, qb, chunk, lambda col, row: (col, head, row, qhalf, batch),
                         lambda row: b.add(u32, rows0, row, name="lse_index"), qhalf=qhalf)
 
+    def pusher(self, ctx, t):
+        """Whether task ``t`` pushes its (batch, K/V head)'s own blocks: the first task of the walk that
+        loads them all (the last query block, of the later chunk, of the K/V head's first Q head)."""
+        b = ctx.b
+        first = b.setp("eq", u32, b.add(u32, t.qb, 1), ctx.p.q_blocks, name="last_query_block")
+        first = b.setp("eq", u32, b.rem(u32, t.head, ctx.p.group), 0, combine="and", c=first, name="pusher")
+        if self.cfg.halves == 2:
+            first = b.setp("ne", u32, t.qhalf, 0, combine="and", c=first, name="pusher")
+        return first
+
     def keys(self, ctx, t, body, *, loader: bool) -> None:
         b, cfg, halves = ctx.b, self.cfg, self.cfg.halves
         world, rank, chunk = ctx.world, ctx.rank, ctx.p.chunk
@@ -178,6 +168,7 @@ class RingPlan(PeerPlan):
             kv_head = b.div(u32, t.head, ctx.p.group, name="kv_head")
             maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
             deadline = later_deadline(ctx)
+            pusher = self.pusher(ctx, t)
         neg_chunk = b.neg("s32", chunk, name="skip_run")
         for u in b.range(0, b.mul(u32, world, halves, mode="lo"), name="run"):
             step = b.shr(u32, u, 1, name="step") if halves == 2 else u
@@ -194,14 +185,86 @@ class RingPlan(PeerPlan):
             own = b.setp("eq", u32, step, 0, name="own_shard")
             slot = b.selp(u32, khalf, b.mad(u32, src, halves, khalf, mode="lo"), own, name="slot")
             tmaps = {x: b.selp(u64, maps[x][0], maps[x][1], own, name=f"tmap_{x}_run") for x in "kv"}
+            pushing = b.and_("pred", own, pusher, name="pushing")
+            piece = Piece(ctx, self.cfg, t.batch, kv_head, khalf, pushing)
 
             def before_load(kb, src=src, khalf=khalf, own=own):
                 with b.if_then(b.not_("pred", own, name="from_peer")):
-                    await_piece(ctx, arrival_index(b, t.batch, src, khalf, kb, ctx, halves), src, cfg.lanes,
+                    await_piece(ctx, arrival_index(b, ctx, t.batch, kv_head, src, khalf, kb, halves), src,
                                 deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
-                                lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
+                                lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load,
+                                piece.push, piece.finish))
+
+
+def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
+    """Acquire the block's arrival (its pusher signals once per launch), then order it before the async
+    proxy's (TMA) reads of the data."""
+    b = ctx.b
+    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), ctx.launch, sem=Sem.ACQUIRE,
+         scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+    b.fence_proxy_async("global")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A pusher's own-shard run of (batch, K/V head, chunk ``khalf``): each loaded block goes to every
+    peer that sees it (:meth:`push`), and its flag there follows (:meth:`finish` for the last)."""
+    ctx: object
+    cfg: Config
+    batch: object
+    kv_head: object
+    khalf: object
+    pushing: object
+
+    def peers(self, emit) -> None:
+        """``emit(dst)`` for every peer that sees this chunk: all of them, or (the late chunk of a
+        zigzag shard) those below this rank."""
+        b, ctx = self.ctx.b, self.ctx
+        for d in b.range(1, ctx.world, name="peer_step"):
+            dst = b.rem(u32, b.add(u32, ctx.rank, d), ctx.world, name="dst")
+            if self.cfg.halves == 1:
+                emit(dst)
+                continue
+            sees = b.setp("lt", u32, dst, ctx.rank, combine="or", c=b.setp("eq", u32, self.khalf, 0), name="sees")
+            with b.if_then(sees):
+                emit(dst)
+
+    def signal(self, kb) -> None:
+        """Raise block ``kb``'s flag on the peers (its stores complete and ordered before)."""
+        b, ctx = self.ctx.b, self.ctx
+        b.fence_proxy_async("global")
+        index = arrival_index(b, ctx, self.batch, self.kv_head, ctx.rank, self.khalf, kb, self.cfg.halves)
+        self.peers(lambda dst: signal(b, flag_address(b, ctx.layouts["arrive"], dst, index), 1, sem=Sem.RELEASE,
+                                      scope=Scope.SYS))
+
+    def push(self, block: attention.Loaded) -> None:
+        """Once ``block`` has landed, store its K and V boxes into each peer's slot for this rank (one
+        bulk group), then signal the block before it, whose group is then complete."""
+        b, ctx = self.ctx.b, self.ctx
+        with b.if_then(self.pushing):
+            block.landed()
+            slot = b.mad(u32, ctx.rank, self.cfg.halves, self.khalf, mode="lo", name="dst_slot")
+
+            def store(dst):
+                for x in "kv":
+                    table = ctx.tmaps[f"{x}r"].of(b, dst)
+                    for box, col, key in attention.kv_boxes(b, self.cfg.attention, x, block.tiles[x], block.key0):
+                        store_async(b, table, (col, self.kv_head, key, slot, self.batch), box, commit=False)
+
+            self.peers(store)
+            b.bulk_commit_group()
+            with b.if_then(b.setp("ne", u32, block.kb, 0, name="block_behind")):
+                b.bulk_wait_group(1)
+                self.signal(b.sub(u32, block.kb, 1, name="kb_behind"))
+
+    def finish(self, blocks) -> None:
+        """After the run: every store done, the last block signalled."""
+        b = self.ctx.b
+        with b.if_then(b.setp("ne", u32, blocks, 0, combine="and", c=self.pushing, name="pushed_any")):
+            b.bulk_wait_group(0)
+            self.signal(b.sub(u32, blocks, 1, name="kb_last"))
 
 
 def launches_word(ctx):
@@ -215,14 +278,15 @@ def close_launch(ctx) -> None:
     close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),))
 
 
-def communicating(cfg, plan, *, announce, **template):
-    """Attention's template and roles for a kernel whose communicators take the first tickets (compute
-    blocks wait on them; they never wait on compute blocks): the prologue also reads this launch's
-    number (``ctx.launch``, from :func:`launches_word`; the epilogue must end with :func:`close_launch`)
-    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
+def communicating(cfg, plan, *, announce=None, **template):
+    """Attention's template and roles for a kernel whose blocks wait on peers: blocks take launch
+    tickets, communicators (if any) the first ones (compute blocks wait on them; they never wait on
+    compute blocks); the prologue also reads this launch's number (``ctx.launch``, from
+    :func:`launches_word`; the epilogue must end with :func:`close_launch`) and lets ticket 0's thread 0
+    ``announce(ctx)`` that this launch has started."""
     base = attention.template(cfg.attention)
-    t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
-                            **{k: v(base) if callable(v) else v for k, v in template.items()})
+    t = replace(base, name=cfg.name, comm_first=True, progress=True,
+                **{k: v(base) if callable(v) else v for k, v in template.items()})
     parts = attention.roles(cfg.attention, plan)
     start = parts.pop("prologue")
 
@@ -230,102 +294,26 @@ def communicating(cfg, plan, *, announce, **template):
         start(ctx)
         b = ctx.b
         ctx.launch = read_launch_count(b, launches_word(ctx))
-        with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
-            announce(ctx)
+        if announce is not None:
+            with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
+                announce(ctx)
 
     return t, dict(parts, prologue=prologue)
 
 
 def build(cfg: Config = Config()):
     a = cfg.attention
-    if a.block_k != KEY_BLOCK:
-        raise PTXBuildError(f"ring_attention: block_k must be the piece size {KEY_BLOCK}, got {a.block_k}")
-    lanes, stages, chunk_bytes = cfg.lanes, cfg.relay_stages, cfg.relay_chunk
-    window = attention.template(a).dynamic_smem - WINDOW_SLACK
-    if not 1 <= lanes <= 32 or stages < 1 or chunk_bytes % 16 or window < lanes * stages * chunk_bytes:
-        raise PTXBuildError(f"ring_attention: {lanes} relay lanes (1-32) of {stages} stages of {chunk_bytes} bytes "
-                            f"(a multiple of 16) need more than the {window} bytes of shared memory of {a.name}")
-
-    def announce(ctx):
-        """To the previous rank (the one that pushes here)."""
-        b = ctx.b
-        prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
-        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
-
-    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, params=PARAMS, layouts=(KR, VR, ARRIVE),
-                             comm_buffers=(Buffer("relay_staging", lanes * stages * chunk_bytes, 1024),),
-                             rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
-
-    def relay(ctx, lane, relayed, dst, src, nbytes) -> None:
-        """This lane's chunks (``lane``, ``lane + lanes``, ...) of ``nbytes`` from ``src`` (local) to
-        ``dst`` (a peer) through its own ``stages`` stages of shared memory and mbarriers
-        (:func:`stream_copy`, its position ``relayed``): the lanes' copies overlap, and each lane's loads
-        run ahead of its stores."""
-        b = ctx.b
-        own = StageRing(b.mad(u32, lane, 8 * stages, ctx.rings["relay"].base, mode="lo", name="relay_bars"), stages)
-        buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["relay_staging"], mode="lo", name="relay_buf")
-        stream_copy(b, Pipeline((own,), uses=relayed), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
-                    deadline=ctx.deadline, first=lane, stride=lanes)
-
-    def padded_pieces(ctx):
-        """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
-        on communicator p mod num_comm_sms at every step."""
-        b, n = ctx.b, ctx.p.num_comm_sms
-        return b.mul(u32, b.div(u32, b.add(u32, ctx.p.pieces, b.sub(u32, n, 1)), n), n, mode="lo",
-                     name="padded_pieces")
-
-    def comm_tasks(ctx):
-        return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
-
-    def forward(ctx, task):
-        """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
-        to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
-        a communicator pushes all its own pieces before it waits on anything but the next rank's start.
-        Threads 0 .. lanes-1 each do all of it for their share of the chunks, with no barrier
-        between them (a lane that times out just exits): each waits, copies, and adds 1 to the flag."""
-        b, halves = ctx.b, cfg.halves
-        padded = padded_pieces(ctx)
-        piece = b.rem(u32, task, padded, name="piece")
-        forwarder = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
-        with b.if_then(b.setp("lt", u32, piece, ctx.p.pieces, combine="and", c=forwarder, name="real_piece")):
-            step = b.add(u32, b.div(u32, task, padded), 1, name="step")
-            k_blocks, chunk, world, rank = ctx.p.k_blocks, ctx.p.chunk, ctx.world, ctx.rank
-            kb = b.rem(u32, piece, k_blocks, name="piece_kb")
-            rest = b.div(u32, piece, k_blocks, name="piece_rest")
-            khalf = b.rem(u32, rest, halves, name="piece_half")
-            batch = b.div(u32, rest, halves, name="piece_batch")
-            key0 = b.mul(u32, kb, KEY_BLOCK, mode="lo", name="piece_key0")
-            row = b.mad(u32, khalf, chunk, key0, mode="lo", name="piece_row")
-            rows = b.min(u32, b.sub(u32, chunk, key0), KEY_BLOCK, name="piece_rows")
-            nbytes = b.mul(u32, rows, ctx.p.row_bytes, mode="lo", name="piece_bytes")
-            shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
-            nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
-            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.launch, sem=Sem.ACQUIRE,
-                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
-            b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
-            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
-            ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
-            own = b.setp("eq", u32, step, 1, name="own_shard")
-            local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
-            flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
-            relayed = b.carried(u32, 0, name="relayed")     # the lane's chunks through its stages, over K, V, tasks
-            with b.if_then(b.not_("pred", own, name="forwarded")):
-                await_piece(ctx, flag, src, lanes, deadline=ctx.deadline)
-            for x, lay in (("k", "kr"), ("v", "vr")):
-                base = b.selp(u64, ctx.p[f"{x}_local"], ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
-                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.p.row_bytes, mode="wide"))
-                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.p.row_bytes,
-                                                                           mode="wide"))
-                relay(ctx, ctx.tid, relayed, dst_addr, src_addr, nbytes)
-            publish_async_writes(b)
-            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
+    if a.block_k != KEY_BLOCK or a.stages < 2:
+        raise PTXBuildError(f"ring_attention: block_k must be the pushed block size {KEY_BLOCK} and stages at "
+                            f"least 2 (a stage is reloaded only after its pushes are done), got {a.name}")
+    t, parts = communicating(cfg, RingPlan(cfg), params=PARAMS, layouts=(ARRIVE,), tensor_maps=MAPS)
 
     def epilogue(ctx):
         """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
         ctx.b.bulk_wait_group(0)
         close_launch(ctx)
 
-    return t.build(**parts, comm_tasks=comm_tasks, communicator=forward, epilogue=epilogue)
+    return t.build(**parts, epilogue=epilogue)
 
 
 # ------------------------------------------------------------------ host-side models (no GPU)
