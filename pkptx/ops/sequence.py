@@ -7,8 +7,8 @@ over the whole sequence. Ring, causal: the shard is the rank's zigzag chunks (r 
 full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_attention.shard`), so S must be
 even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
 
-Ring attention sets no block aside to communicate: the compute blocks send their own shard to the
-peers from the shared memory they load it into. A Ulysses launch has ``num_comm_sms`` communicator
+Ring attention sets no block aside to communicate: every compute block, as it starts, pushes pieces
+of its rank's shard to the peers until none is left, then attends. A Ulysses launch has ``num_comm_sms`` communicator
 blocks (none at world 1; None: chosen from the shapes by :func:`auto_comm_sms` and agreed by the ranks;
 when given, the same on every rank). The receive buffers
 live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
@@ -116,6 +116,7 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     q_blocks = -(-chunk // cfg.attention.rows)
     return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
+                pieces=batch * cfg.halves * kv_heads * k_blocks,
                 flags=ring_kernel.PIECES + batch * world_size * cfg.halves * kv_heads * k_blocks)
 
 
@@ -225,8 +226,8 @@ def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None 
                    heap: SymmetricHeap | None = None, stream=None, timeout_ns: int | None = None,
                    timeout: float | None = None, config: ring_kernel.Config | None = None):
     """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
-    shards sent to the peers from the compute blocks' own loads inside one launch (no block set aside
-    to communicate); ``lse`` (B, H, S) f32 gets the log-sum-exp. ``config``: the kernel's (the same on
+    shards pushed to the peers by the compute blocks as they start, inside one launch (no block set
+    aside to communicate); ``lse`` (B, H, S) f32 gets the log-sum-exp. ``config``: the kernel's (the same on
     every rank), default :func:`ring_attention.default_config`. Returns ``out`` (the caller's object; a
     new DeviceArray when None). A repeated call with the same operands and options launches what the
     first prepared."""
@@ -267,7 +268,7 @@ def _ring(op, q, k, v, out, lse, world, heap, causal, scale, timeout_ns, timeout
                            **{n: tensor_map(a, BOX5) for n, a in maps.items()}, **tables,
                            lse=lse.ptr if lse is not None else 0, tasks=p["tasks"], q_blocks=p["q_blocks"],
                            heads=heads, kv_heads=kvh, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
-                           scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer))
+                           pieces=p["pieces"], scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer))
     return state, Kept((launch,))
 
 

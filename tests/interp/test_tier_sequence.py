@@ -1,5 +1,5 @@
 """CI tier under the interpreter: ring attention (contiguous and causal zigzag shards, pushed by the compute
-blocks' loaders, GQA, tails, more compute blocks than pusher tasks and fewer) and Ulysses attention (heads split over the ranks) at world sizes 1 to 3, several
+blocks as they start, GQA, tails, one to four blocks a rank) and Ulysses attention (heads split over the ranks) at world sizes 1 to 3, several
 ranks in one process, launched with the parameter values of ``pkptx.ops.sequence`` (its planners
 ``check_ring`` / ``check_ulysses``, its tensor-map views and boxes, its tables of peers' maps), against
 the kernels' float64 references: O by the bf16 normwise rule, LSE (natural log, f32) within 2e-2. Outputs
@@ -129,7 +129,7 @@ def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, cau
             ranks.launch, r, kern, kern.req_threads[0], layouts=dict(arrive=arrive), grid=_grid(p, compute),
             smem=kern.dynamic_smem, num_comm_sms=0, **maps, **tables,
             lse=lse.base, tasks=p["tasks"], q_blocks=p["q_blocks"], heads=heads, kv_heads=kv_heads,
-            group=heads // kv_heads, chunk=c, k_blocks=p["k_blocks"], scale_log2=_scale_log2(dim)))
+            group=heads // kv_heads, chunk=c, k_blocks=p["k_blocks"], pieces=p["pieces"], scale_log2=_scale_log2(dim)))
     results = _calls(ranks, launches, inputs, outputs, range(seed, seed + calls), shards,
                      functools.partial(ring_attention.reference, causal=causal))
     _check_launch_count(arrive, w, calls)
@@ -151,10 +151,10 @@ RING_CASES = [
     (2, 1, 128, 2, 2, 64, True, 2),
     (3, 1, 200, 2, 1, 64, True, 2),
     (2, 2, 64, 2, 1, 64, True, 2),
-    (3, 1, 384, 1, 1, 64, False, 3),      # three key blocks a shard: every pushed store group waited on
+    (3, 1, 384, 1, 1, 64, False, 3),      # three pieces a shard, three blocks claiming them
     (2, 1, 128, 1, 1, 128, True, 2),
-    (2, 1, 200, 2, 1, 64, True, 1),       # one block a rank: pusher and receiver tasks share it
-    (3, 2, 256, 4, 2, 64, False, 4),      # more blocks than a round of pushers
+    (2, 1, 200, 2, 1, 64, True, 1),       # one block a rank pushes every piece, then attends
+    (3, 2, 256, 4, 2, 64, False, 4),
 ]
 
 

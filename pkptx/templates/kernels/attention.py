@@ -134,28 +134,15 @@ class Task:
 
 
 @dataclass(frozen=True)
-class Loaded:
-    """A K/V block whose loads the loader has just issued: its index in the run, its first key, its
-    shared-memory tiles ("k" and "v"), and ``landed()``, which emits the wait until its bytes are in."""
-    kb: Reg
-    key0: Reg
-    tiles: dict
-    landed: Callable
-
-
-@dataclass(frozen=True)
 class Keys:
     """One run of K/V blocks a task attends to: key j of the run is visible to row i when ``j < seq_k``
-    and ``j <= i + diag``; the loader's tensor maps and coordinates for key ``key``, what it must do
-    before loading block ``kb`` (e.g. wait for the block to arrive from a peer), after issuing a block's
-    loads (e.g. send it on to peers from shared memory) and after the run's last block."""
+    and ``j <= i + diag``; the loader's tensor maps and coordinates for key ``key``, and what it must
+    do before loading block ``kb`` (e.g. wait for the block to arrive from a peer)."""
     seq_k: Reg
     diag: Reg
     tmap: Callable = None            # "k" | "v" -> tensor map address (loader only)
     coords: Callable = None          # (column, key) -> coordinates (loader only)
     before_load: Callable = None     # kb -> None (loader only)
-    after_load: Callable = None      # Loaded -> None (loader only)
-    after_run: Callable = None       # blocks of the run -> None (loader only)
 
 
 def kv_boxes(b, cfg: "Config", x: str, tile, key0):
@@ -301,27 +288,17 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                                   t.q_coords(db * BOX_COLS, row), q_full)
 
             def run(keys: Keys):
-                blocks = kv_blocks(ctx, cfg, first_row, t, keys)
-                for j in b.range(0, blocks, name="kv"):
-                    slot = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free")
+                for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
+                    stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
                     if keys.before_load is not None:
                         keys.before_load(j)
                     key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-                    tiles = {}
                     for ring, x in enumerate("kv"):
-                        full = kv_pipe.commit(b, cfg.kv_bytes, stage=slot.stage, ring=ring)
-                        tiles[x] = b.mad(u32, slot.stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo",
-                                         name=f"{x}_dst")
-                        for box, col, key in kv_boxes(b, cfg, x, tiles[x], key0):
+                        full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
+                        tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
+                        for box, col, key in kv_boxes(b, cfg, x, tile, key0):
                             b.tensor_load(box, keys.tmap(x), keys.coords(col, key), full)
-                    if keys.after_load is not None:
-                        def landed(slot=slot):
-                            for ring in (0, 1):
-                                kv_pipe.wait(b, slot, deadline=ctx.deadline, ring=ring, name="wait_kv_landed")
-                        keys.after_load(Loaded(j, key0, tiles, landed))
                     kv_pipe.advance(b)
-                if keys.after_run is not None:
-                    keys.after_run(blocks)
 
             plan.keys(ctx, t, run, loader=True)
             q_pipe.advance(b)

@@ -3,17 +3,21 @@ attends to the shards in ring order (its own, then rank r-1's, r-2's, ...) while
 arrive, and the online softmax simply runs on across shards, so partial results are never merged (no
 merge pass, no LSE round trip).
 
-No block is set aside to communicate. A shard travels out of the shared memory it is loaded into
-anyway: for each (batch, K/V head), the first task of the walk that attends to it (the last query
-block of the later zigzag chunk, of the group's first Q head: its *pusher* task) loads its own shard's
-every K/V block, and its loader, once a block has landed, TMA-stores the block's boxes straight into
-each peer's receive slot for this rank, through that peer's tensor map (``kr_tmaps``/``vr_tmaps``). A
-block's arrival flag on the peer is raised once the stores that follow it are issued
-(``cp.async.bulk.wait_group 1``; the run's last after ``wait_group 0``; then ``fence.proxy.async.global;
-red.release.sys.global.add``), so a store stays in flight while the loader goes on. The stores are one
-bulk group per block, and a stage is loaded again only two blocks later, after its group is complete.
-The shards are pushed by their owners (no relay through intermediate ranks), so a loader waits only on
-the owner of the data it needs, and a rank receives only what its queries see.
+No block is set aside to communicate. Every block, as it starts and before its first task, pushes
+pieces of this rank's shard to the peers: its loader lane claims a piece (a 128-key block of K and V
+of one (batch, K/V head, chunk)) from a per-rank counter (``atom.add`` on arrive[CLAIMS]), TMA-loads it
+into the first stage of the K/V ring (free until the block's first task), TMA-stores its boxes
+straight into the receive slot for this rank of every peer that sees it, through that peer's tensor
+map (``kr_tmaps``/``vr_tmaps``), and raises the piece's arrival flag there (``cp.async.bulk.wait_group
+0; fence.proxy.async.global; red.release.sys.global.add``), until no piece is left. The blocks then
+attend, own shard first, so the pushes of the blocks that start later overlap the first tasks. Shards
+are pushed by their owners (no relay through intermediate ranks), so a loader waits only on the owner
+of the data it needs, and a rank receives only what its queries see.
+
+Forward progress holds however few blocks are resident (:mod:`..progress`): a piece is claimed only by
+a started block, which pushes it without waiting on anything, and a block waits on peers only after
+its rank's counter is exhausted, that is, after every piece of its rank has been claimed. The last
+block of a launch leaves the counter at 0 (``close_barrier``'s ``leave``).
 
 Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of the
 gathered K/V): no slot is reused within a call. Across calls, the closing barrier of a launch
@@ -25,11 +29,6 @@ launches, so they are never reset: the n-th launch waits for n, read on entry fr
 the count of launches done on this rank, which the launch's last block advances
 (:func:`..progress.read_launch_count`; device state, so the arguments never change and a CUDA graph
 replays correctly).
-
-Forward progress: a task waits only on pusher tasks of peers with a task index at most its own, and a
-pusher waits on no peer before its pushes, while every block walks its tasks in increasing index (zigzag
-rounds only reorder within a round), so by induction on the index every wait is met with every block
-resident (the persistent grid), whatever the ranks' grid sizes.
 
 Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
 2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
@@ -45,24 +44,27 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Scope, Sem, b8, f32, u32, u64
+from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
+from ...primitives import Pipeline
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable, store_async
-from ...primitives.sync import Deadline, flag_address, signal, wait
+from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
 from ...primitives.tma import tensor_map_param
+from ..lcsc import Ring
 from ..progress import close_barrier, read_launch_count
 from . import attention
 
 ARRIVE = ParallelLayout("arrive")
 LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
-PIECES = 1                # arrive[PIECES + i]: the arrival flag of piece i (:func:`arrival_index`)
+CLAIMS = 1                # arrive[1]: pieces of this rank's shard claimed by its blocks in this launch
+PIECES = 2                # arrive[PIECES + i]: the arrival flag of piece i (:func:`arrival_index`)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per pushed block (and per arrival flag)
 MAPS = tuple(TensorMapTable(n) for n in ("kr", "vr"))
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
     Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
     Param("kv_heads", u32), Param("group", u32), Param("chunk", u32), Param("k_blocks", u32),
-    Param("scale_log2", f32))
+    Param("pieces", u32), Param("scale_log2", f32))
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,7 @@ def run_diag(b, key_chunk, query_chunk, length, skip):
 
 class RingPlan(PeerPlan):
     """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
-    keys shard by shard in ring order (own shard first), chunk by chunk; the pusher tasks send their own
-    shard's blocks on as they load them."""
+    keys shard by shard in ring order (own shard first), chunk by chunk."""
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
@@ -147,16 +148,6 @@ class RingPlan(PeerPlan):
         return RingTask(batch, head, qb, chunk, lambda col, row: (col, head, row, qhalf, batch),
                         lambda row: b.add(u32, rows0, row, name="lse_index"), qhalf=qhalf)
 
-    def pusher(self, ctx, t):
-        """Whether task ``t`` pushes its (batch, K/V head)'s own blocks: the first task of the walk that
-        loads them all (the last query block, of the later chunk, of the K/V head's first Q head)."""
-        b = ctx.b
-        first = b.setp("eq", u32, b.add(u32, t.qb, 1), ctx.p.q_blocks, name="last_query_block")
-        first = b.setp("eq", u32, b.rem(u32, t.head, ctx.p.group), 0, combine="and", c=first, name="pusher")
-        if self.cfg.halves == 2:
-            first = b.setp("ne", u32, t.qhalf, 0, combine="and", c=first, name="pusher")
-        return first
-
     def keys(self, ctx, t, body, *, loader: bool) -> None:
         b, cfg, halves = ctx.b, self.cfg, self.cfg.halves
         world, rank, chunk = ctx.world, ctx.rank, ctx.p.chunk
@@ -168,7 +159,6 @@ class RingPlan(PeerPlan):
             kv_head = b.div(u32, t.head, ctx.p.group, name="kv_head")
             maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
             deadline = later_deadline(ctx)
-            pusher = self.pusher(ctx, t)
         neg_chunk = b.neg("s32", chunk, name="skip_run")
         for u in b.range(0, b.mul(u32, world, halves, mode="lo"), name="run"):
             step = b.shr(u32, u, 1, name="step") if halves == 2 else u
@@ -185,8 +175,6 @@ class RingPlan(PeerPlan):
             own = b.setp("eq", u32, step, 0, name="own_shard")
             slot = b.selp(u32, khalf, b.mad(u32, src, halves, khalf, mode="lo"), own, name="slot")
             tmaps = {x: b.selp(u64, maps[x][0], maps[x][1], own, name=f"tmap_{x}_run") for x in "kv"}
-            pushing = b.and_("pred", own, pusher, name="pushing")
-            piece = Piece(ctx, self.cfg, t.batch, kv_head, khalf, pushing)
 
             def before_load(kb, src=src, khalf=khalf, own=own):
                 with b.if_then(b.not_("pred", own, name="from_peer")):
@@ -194,12 +182,11 @@ class RingPlan(PeerPlan):
                                 deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
-                                lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load,
-                                piece.push, piece.finish))
+                                lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
 
 
 def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
-    """Acquire the block's arrival (its pusher signals once per launch), then order it before the async
+    """Acquire the block's arrival (its owner signals once per launch), then order it before the async
     proxy's (TMA) reads of the data."""
     b = ctx.b
     wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), ctx.launch, sem=Sem.ACQUIRE,
@@ -209,14 +196,24 @@ def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
 
 @dataclass(frozen=True)
 class Piece:
-    """A pusher's own-shard run of (batch, K/V head, chunk ``khalf``): each loaded block goes to every
-    peer that sees it (:meth:`push`), and its flag there follows (:meth:`finish` for the last)."""
+    """One piece of this rank's shard: block ``kb`` of K and V of (batch, K/V head, chunk ``khalf``)."""
     ctx: object
     cfg: Config
     batch: object
     kv_head: object
     khalf: object
-    pushing: object
+    kb: object
+
+    @classmethod
+    def of(cls, ctx, cfg: Config, piece) -> "Piece":
+        """Piece number ``piece`` (kb fastest, then K/V head, chunk, batch)."""
+        b = ctx.b
+        kb, rest = b.rem(u32, piece, ctx.p.k_blocks, name="piece_kb"), b.div(u32, piece, ctx.p.k_blocks)
+        kv_head, rest = b.rem(u32, rest, ctx.p.kv_heads, name="piece_head"), b.div(u32, rest, ctx.p.kv_heads)
+        if cfg.halves == 1:
+            return cls(ctx, cfg, rest, kv_head, b.mov(u32, 0, name="piece_half"), kb)
+        return cls(ctx, cfg, b.shr(u32, rest, 1, name="piece_batch"), kv_head, b.and_("b32", rest, 1, name="piece_half"),
+                   kb)
 
     def peers(self, emit) -> None:
         """``emit(dst)`` for every peer that sees this chunk: all of them, or (the late chunk of a
@@ -231,40 +228,48 @@ class Piece:
             with b.if_then(sees):
                 emit(dst)
 
-    def signal(self, kb) -> None:
-        """Raise block ``kb``'s flag on the peers (its stores complete and ordered before)."""
-        b, ctx = self.ctx.b, self.ctx
-        b.fence_proxy_async("global")
-        index = arrival_index(b, ctx, self.batch, self.kv_head, ctx.rank, self.khalf, kb, self.cfg.halves)
+    def push(self, tiles: dict, pushed) -> None:
+        """Load the piece into ``tiles`` ("k", "v": shared addresses) on the push barrier (``pushed``: the
+        block's pieces so far, its position), store its boxes into each peer's slot for this rank, and
+        raise its flag there once the stores are done."""
+        b, ctx, a = self.ctx.b, self.ctx, self.cfg.attention
+        key0 = b.mul(u32, self.kb, KEY_BLOCK, mode="lo", name="piece_key0")
+        pipe = Pipeline.bounce(ctx.rings["push"].bar(b, 0), uses=pushed)
+        bar = pipe.commit(b, 2 * a.kv_bytes)
+        for x in "kv":
+            for box, col, key in attention.kv_boxes(b, a, x, tiles[x], key0):
+                b.tensor_load(box, tensor_map_param(b, f"tmap_{x}"), (col, self.kv_head, key, self.khalf, self.batch),
+                              bar)
+        pipe.wait(b, deadline=ctx.deadline, name="piece_in")
+        pipe.advance(b)
+        slot = b.mad(u32, ctx.rank, self.cfg.halves, self.khalf, mode="lo", name="dst_slot")
+
+        def store(dst):
+            for x in "kv":
+                table = ctx.tmaps[f"{x}r"].of(b, dst)
+                for box, col, key in attention.kv_boxes(b, a, x, tiles[x], key0):
+                    store_async(b, table, (col, self.kv_head, key, slot, self.batch), box, commit=False)
+
+        self.peers(store)
+        b.bulk_commit_group()
+        publish_async_writes(b)            # also: the stores have read the tiles before the next loads
+        index = arrival_index(b, ctx, self.batch, self.kv_head, ctx.rank, self.khalf, self.kb, self.cfg.halves)
         self.peers(lambda dst: signal(b, flag_address(b, ctx.layouts["arrive"], dst, index), 1, sem=Sem.RELEASE,
                                       scope=Scope.SYS))
 
-    def push(self, block: attention.Loaded) -> None:
-        """Once ``block`` has landed, store its K and V boxes into each peer's slot for this rank (one
-        bulk group), then signal the block before it, whose group is then complete."""
-        b, ctx = self.ctx.b, self.ctx
-        with b.if_then(self.pushing):
-            block.landed()
-            slot = b.mad(u32, ctx.rank, self.cfg.halves, self.khalf, mode="lo", name="dst_slot")
 
-            def store(dst):
-                for x in "kv":
-                    table = ctx.tmaps[f"{x}r"].of(b, dst)
-                    for box, col, key in attention.kv_boxes(b, self.cfg.attention, x, block.tiles[x], block.key0):
-                        store_async(b, table, (col, self.kv_head, key, slot, self.batch), box, commit=False)
-
-            self.peers(store)
-            b.bulk_commit_group()
-            with b.if_then(b.setp("ne", u32, block.kb, 0, name="block_behind")):
-                b.bulk_wait_group(1)
-                self.signal(b.sub(u32, block.kb, 1, name="kb_behind"))
-
-    def finish(self, blocks) -> None:
-        """After the run: every store done, the last block signalled."""
-        b = self.ctx.b
-        with b.if_then(b.setp("ne", u32, blocks, 0, combine="and", c=self.pushing, name="pushed_any")):
-            b.bulk_wait_group(0)
-            self.signal(b.sub(u32, blocks, 1, name="kb_last"))
+def push_shard(ctx, cfg: Config) -> None:
+    """The loader lane of a block that has just started: claim pieces of this rank's shard and push them
+    until none is left (:class:`Piece`), through the first stage of the K/V ring."""
+    b = ctx.b
+    with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="push_lane")):
+        claims = address(flag_address(b, ctx.layouts["arrive"], ctx.rank, CLAIMS))
+        tiles = {x: ctx.smem[f"smem_{x}"] for x in "kv"}
+        pushed = b.mov(u32, 0, name="pushed")
+        with b.loop("push") as lp:
+            piece = b.atom("add", u32, claims, 1, sem=Sem.RELAXED, scope=Scope.GPU, space="global", name="claimed")
+            lp.break_if(b.setp("ge", u32, piece, ctx.p.pieces, name="shard_pushed"))
+            Piece.of(ctx, cfg, piece).push(tiles, pushed)
 
 
 def launches_word(ctx):
@@ -272,10 +277,10 @@ def launches_word(ctx):
     return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, LAUNCHES)
 
 
-def close_launch(ctx) -> None:
+def close_launch(ctx, *more) -> None:
     """The rank barrier that ends the launch (:mod:`..progress`), leaving this launch's number as the
-    count of launches done on this rank."""
-    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),))
+    count of launches done on this rank (and each (address, value) of ``more``)."""
+    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),) + more)
 
 
 def communicating(cfg, plan, *, announce=None, **template):
@@ -303,17 +308,24 @@ def communicating(cfg, plan, *, announce=None, **template):
 
 def build(cfg: Config = Config()):
     a = cfg.attention
-    if a.block_k != KEY_BLOCK or a.stages < 2:
-        raise PTXBuildError(f"ring_attention: block_k must be the pushed block size {KEY_BLOCK} and stages at "
-                            f"least 2 (a stage is reloaded only after its pushes are done), got {a.name}")
-    t, parts = communicating(cfg, RingPlan(cfg), params=PARAMS, layouts=(ARRIVE,), tensor_maps=MAPS)
+    if a.block_k != KEY_BLOCK:
+        raise PTXBuildError(f"ring_attention: block_k must be the pushed piece's {KEY_BLOCK} keys, got {a.name}")
+    t, parts = communicating(cfg, RingPlan(cfg), params=PARAMS, layouts=(ARRIVE,), tensor_maps=MAPS,
+                             rings=lambda base: base.rings + (Ring("push", 1, 1),))
+    start = parts.pop("prologue")
+
+    def prologue(ctx):
+        start(ctx)
+        push_shard(ctx, cfg)
 
     def epilogue(ctx):
-        """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
-        ctx.b.bulk_wait_group(0)
-        close_launch(ctx)
+        """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`) and
+        the claim counter at 0."""
+        b = ctx.b
+        b.bulk_wait_group(0)
+        close_launch(ctx, (flag_address(b, ctx.layouts["arrive"], ctx.rank, CLAIMS), b.mov(u32, 0, name="no_claims")))
 
-    return t.build(**parts, epilogue=epilogue)
+    return t.build(**parts, prologue=prologue, epilogue=epilogue)
 
 
 # ------------------------------------------------------------------ host-side models (no GPU)
