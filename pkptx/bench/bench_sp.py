@@ -13,6 +13,7 @@ GPU the figures measure the protocol, the overlap and the SM split, not NVLink.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import numpy as np
@@ -29,13 +30,21 @@ def main(argv=None) -> int:
     ap.add_argument("--ring-batch", type=int, default=4)
     ap.add_argument("--ulysses-batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--num-comm-sms", type=int, default=None,
-                    help="Ulysses' communicator blocks (default: the op's choice from the shapes; the ring has none)")
+    ap.add_argument("--num-comm-sms", type=int, default=None, help="default: the ops' choice from the shapes")
+    ap.add_argument("--ring-relay", default=None, metavar="LANES,STAGES,CHUNK",
+                    help="the ring communicators' relay (threads, shared-memory stages each, bytes a chunk); "
+                         "default: ring_attention's")
     args = ap.parse_args(argv)
     import ml_dtypes
 
     import pkptx
     from ..launch import Device, Stream, SymmetricHeap, World, empty, from_numpy
+    from ..templates.kernels import ring_attention
+    ring_config = None
+    if args.ring_relay:
+        lanes, stages, chunk = map(int, args.ring_relay.split(","))
+        ring_config = dataclasses.replace(ring_attention.default_config("bf16", 128, False), relay_lanes=lanes,
+                                          relay_stages=stages, relay_chunk=chunk)
     world = World()
     Device(world.device_ordinal()).set_current()
     stream, w, bf16, d = Stream(), world.size, ml_dtypes.bfloat16, 128
@@ -74,7 +83,8 @@ def main(argv=None) -> int:
         world.barrier(what="ring inputs")
 
         def fused():
-            pkptx.ring_attention(q, k_shard.local, v_shard.local, world, out=out, stream=stream)
+            pkptx.ring_attention(q, k_shard.local, v_shard.local, world, out=out, num_comm_sms=args.num_comm_sms,
+                                 stream=stream, config=ring_config)
 
         def gather():
             pkptx.all_gather(k_shard, world, dim=1, out=k_full, stream=stream)
@@ -137,7 +147,7 @@ def main(argv=None) -> int:
                ["op", "mask", "B", "tokens", "rel diff", "fused ms", "sequential ms", "attention ms", "comm ms",
                 "speedup", "unoverlapped comm", "fused TFLOP/s per rank"], rows,
                sharing_note + "D=128, bf16; ring H=16 (non-causal), Ulysses H=128 (causal); "
-               f"Ulysses num_comm_sms={args.num_comm_sms or 'auto'}; the ring pushes from its compute blocks; "
+               f"num_comm_sms={args.num_comm_sms or 'auto'}; ring relay {args.ring_relay or 'default'}; "
                "median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host).", args.record)
     heap.close()

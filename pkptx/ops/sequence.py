@@ -7,10 +7,8 @@ over the whole sequence. Ring, causal: the shard is the rank's zigzag chunks (r 
 full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_attention.shard`), so S must be
 even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
 
-Ring attention sets no block aside to communicate: every compute block, as it starts, pushes pieces
-of its rank's shard to the peers until none is left, then attends. A Ulysses launch has ``num_comm_sms`` communicator
-blocks (none at world 1; None: chosen from the shapes by :func:`auto_comm_sms` and agreed by the ranks;
-when given, the same on every rank). The receive buffers
+Each launch has ``num_comm_sms`` communicator blocks (none at world 1; None: chosen from the shapes by
+:func:`auto_comm_sms` and agreed by the ranks; when given, the same on every rank). The receive buffers
 live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
 grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
 never calls makes the others' kernels give up after the timeout (``timeout=`` seconds, default the
@@ -97,13 +95,13 @@ def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: flo
 
 
 def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
-               out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None,
-               config: ring_kernel.Config | None = None) -> dict:
+               out_dtype=None, lse_shape=None, lse_dtype=None, *, causal=False, scale=None, num_comm_sms=None,
+               sm_count: int | None = None, config: ring_kernel.Config | None = None) -> dict:
     """The launch plan of a ring attention after checking every rule; no GPU needed."""
     op = "ring_attention"
     batch, seq, heads, kv_heads, dim = _check_shards(op, q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype,
                                                      world_size, out_shape, out_dtype, lse_shape, lse_dtype, causal,
-                                                     scale, None, None)
+                                                     scale, num_comm_sms, sm_count)
     if causal and seq % 2:
         raise SequenceArgumentError(f"{op}: causal needs an even shard length S (the zigzag halves), got {seq}")
     cfg = config or ring_kernel.default_config(dtype_name(q_dtype), dim, causal)
@@ -116,8 +114,11 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     q_blocks = -(-chunk // cfg.attention.rows)
     return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
-                pieces=batch * cfg.halves * kv_heads * k_blocks,
-                flags=ring_kernel.PIECES + batch * world_size * cfg.halves * kv_heads * k_blocks)
+                pieces=batch * cfg.halves * k_blocks, flags=2 + batch * world_size * cfg.halves * k_blocks,
+                row_bytes=kv_heads * dim * 2,
+                num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
+                    (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,
+                    4 * batch * heads * seq * world_size * seq * dim * (0.5 if causal else 1.0), sm_count))
 
 
 def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size: int, out_shape=None,
@@ -223,52 +224,55 @@ def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
 
 
 def ring_attention(q, k, v, world, *, causal: bool = False, scale: float | None = None, out=None, lse=None,
-                   heap: SymmetricHeap | None = None, stream=None, timeout_ns: int | None = None,
-                   timeout: float | None = None, config: ring_kernel.Config | None = None):
+                   heap: SymmetricHeap | None = None, num_comm_sms: int | None = None, stream=None,
+                   timeout_ns: int | None = None, timeout: float | None = None,
+                   config: ring_kernel.Config | None = None):
     """This rank's shard of softmax(scale·Q·Kᵀ [+ causal mask]) · V over the whole sequence, the K/V
-    shards pushed to the peers by the compute blocks as they start, inside one launch (no block set
-    aside to communicate); ``lse`` (B, H, S) f32 gets the log-sum-exp. ``config``: the kernel's (the same on
-    every rank), default :func:`ring_attention.default_config`. Returns ``out`` (the caller's object; a
-    new DeviceArray when None). A repeated call with the same operands and options launches what the
-    first prepared."""
+    shards travelling around the ring inside one launch; ``lse`` (B, H, S) f32 gets the log-sum-exp.
+    ``config``: the kernel's (attention and relay; the same on every rank), default
+    :func:`ring_attention.default_config`. Returns ``out`` (the caller's object; a new DeviceArray when
+    None). A repeated call with the same operands and options launches what the first prepared."""
     op = "ring_attention"
     if out is None:
         q_arr = operand_array(q, op, "q")
         out = empty(q_arr.shape, q_arr.dtype)
-    key = launch_key(op, (q, k, v, out, lse), (causal, scale, timeout_ns, timeout, config))
-    run_kept(op, _workspace.heap(world, heap), world, key, stream,
-             lambda: _ring(op, q, k, v, out, lse, world, heap, causal, scale, timeout_ns, timeout, config))
+    key = launch_key(op, (q, k, v, out, lse), (causal, scale, num_comm_sms, timeout_ns, timeout, config))
+    run_kept(op, _workspace.heap(world, heap), world, key, stream, lambda: _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms,
+                                                     timeout_ns, timeout, config))
     return out
 
 
-def _ring(op, q, k, v, out, lse, world, heap, causal, scale, timeout_ns, timeout, config):
+def _ring(op, q, k, v, out, lse, world, heap, causal, scale, num_comm_sms, timeout_ns, timeout, config):
     """(HeapOps, step) of a ring attention call, after every check."""
     q, k, v, out, lse = _inputs(op, q, k, v, out, lse)
     timeout_ns = device_timeout_ns(world, timeout, timeout_ns, f"{op}: timeout")
     p = check_ring(q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, world.size, *shape_dtype(out),
-                   *shape_dtype(lse), causal=causal, scale=scale, config=config)
+                   *shape_dtype(lse), causal=causal, scale=scale, num_comm_sms=num_comm_sms,
+                   sm_count=context_sm_count(), config=config)
     cfg, w, halves = p["cfg"], world.size, p["cfg"].halves
+    p["num_comm_sms"] = _agree_comm_sms(op, world, p, num_comm_sms)
     ring_shape = (p["batch"], w * p["seq"], p["kv_heads"], p["dim"])
     ring_bytes = 2 * math.prod(ring_shape) * 2 + 4 * p["flags"]
     key = ("ring", ring_shape, str(q.dtype), halves)
     kr, vr = _workspace.get(world, heap, key, ring_bytes, lambda h: (h.alloc(ring_shape, q.dtype),
                                                                      h.alloc(ring_shape, q.dtype)))
     state = heap_state(kr)
-    arrive = state.kept(key + ("arrive",), lambda: FlagArray(kr.heap, p["flags"]))
+    # a flag reaches `lanes` per launch: kernels of other relay lanes count in flags of their own
+    arrive = state.kept(key + ("arrive", cfg.lanes), lambda: FlagArray(kr.heap, p["flags"]))
     device = Device.current()
     kernel = load(ring_kernel.build, cfg, device)
     b, c, heads, kvh, d = p["batch"], p["chunk"], p["heads"], p["kv_heads"], p["dim"]
-    ring_view = (b, w * halves, c, kvh, d)
     maps = dict(tmap_q=_view(q, (b, halves, c, heads, d)), tmap_o=_view(out, (b, halves, c, heads, d)),
                 tmap_k=_view(k, (b, halves, c, kvh, d)), tmap_v=_view(v, (b, halves, c, kvh, d)),
-                tmap_kr=_view(kr.local, ring_view), tmap_vr=_view(vr.local, ring_view))
-    tables = {f"{x}_tmaps": _map_table(buf, q.dtype, ring_view, BOX5, 128) for x, buf in (("kr", kr), ("vr", vr))}
+                tmap_kr=_view(kr.local, (b, w * halves, c, kvh, d)), tmap_vr=_view(vr.local, (b, w * halves, c, kvh, d)))
     scale = p["dim"] ** -0.5 if scale is None else float(scale)
-    launch = state.prepare(kernel, timeout_ns, work=p["tasks"], num_comm_sms=0,
-                           **{n: tensor_map(a, BOX5) for n, a in maps.items()}, **tables,
-                           lse=lse.ptr if lse is not None else 0, tasks=p["tasks"], q_blocks=p["q_blocks"],
-                           heads=heads, kv_heads=kvh, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
-                           pieces=p["pieces"], scale_log2=scale * math.log2(math.e), **state.layout_args("arrive", arrive.buffer))
+    launch = state.prepare(kernel, timeout_ns, work=p["tasks"] + p["num_comm_sms"], num_comm_sms=p["num_comm_sms"],
+                           **{n: tensor_map(a, BOX5) for n, a in maps.items()},
+                           lse=lse.ptr if lse is not None else 0, k_local=k.ptr, v_local=v.ptr, tasks=p["tasks"],
+                           q_blocks=p["q_blocks"], heads=heads, group=heads // kvh, chunk=c, k_blocks=p["k_blocks"],
+                           pieces=p["pieces"], row_bytes=p["row_bytes"], scale_log2=scale * math.log2(math.e),
+                           **state.layout_args("kr", kr), **state.layout_args("vr", vr),
+                           **state.layout_args("arrive", arrive.buffer))
     return state, Kept((launch,))
 
 

@@ -1,5 +1,5 @@
-"""CI tier under the interpreter: ring attention (contiguous and causal zigzag shards, pushed by the compute
-blocks as they start, GQA, tails, one to four blocks a rank) and Ulysses attention (heads split over the ranks) at world sizes 1 to 3, several
+"""CI tier under the interpreter: ring attention (contiguous and causal zigzag shards, default and pipelined
+relays, GQA, tails) and Ulysses attention (heads split over the ranks) at world sizes 1 to 3, several
 ranks in one process, launched with the parameter values of ``pkptx.ops.sequence`` (its planners
 ``check_ring`` / ``check_ulysses``, its tensor-map views and boxes, its tables of peers' maps), against
 the kernels' float64 references: O by the bf16 normwise rule, LSE (natural log, f32) within 2e-2. Outputs
@@ -39,11 +39,10 @@ def _full(seed: int, batch: int, seq: int, heads: int, kv_heads: int, dim: int):
     return q, k, v
 
 
-def _grid(p: dict, compute: int = COMPUTE) -> int:
-    """``persistent_grid(work=tasks + num_comm_sms)`` on a small machine: the communicators and
-    ``compute`` compute blocks, never more than the work."""
-    comm = p.get("num_comm_sms", 0)
-    return min(comm + compute, p["tasks"] + comm)
+def _grid(p: dict) -> int:
+    """``persistent_grid(work=tasks + num_comm_sms)`` on a small machine: the communicators and COMPUTE
+    compute blocks, never more than the work."""
+    return min(p["num_comm_sms"] + COMPUTE, p["tasks"] + p["num_comm_sms"])
 
 
 def _scale_log2(dim: int) -> float:
@@ -94,16 +93,19 @@ def _calls(ranks, launches, inputs, outputs, seeds, shards, reference):
 
 
 def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, causal: bool, batch: int = 1,
-             compute: int = COMPUTE, seed: int = 0, calls: int = 1):
+             relay: dict | None = None, comm: int = 1, seed: int = 0, calls: int = 1):
     """Per call (``calls`` of one prepared launch per rank, new inputs each time): every rank's (O, LSE)
-    of a ring attention launched as ``pkptx.ops.sequence.ring_attention`` does (``compute`` blocks a
-    rank), and the float64 references."""
+    of a ring attention launched as ``pkptx.ops.sequence.ring_attention`` does, and the float64
+    references."""
     shards = functools.partial(_shards, w=w, batch=batch, shard_len=shard_len, heads=heads, kv_heads=kv_heads,
                                dim=dim, causal=causal)
     qs, ks, vs = shards(seed)
+    cfg = ring_attention.default_config("bf16", dim, causal)
+    if relay:
+        cfg = dataclasses.replace(cfg, **relay)
     lse_shape = (batch, heads, shard_len)
     p = check_ring(qs[0].shape, BF16, ks[0].shape, BF16, vs[0].shape, BF16, w, qs[0].shape, BF16, lse_shape,
-                   np.float32, causal=causal)
+                   np.float32, causal=causal, num_comm_sms=comm, config=cfg)
     cfg, halves, c = p["cfg"], p["cfg"].halves, p["chunk"]
     kern = kernel(ring_attention.build, cfg)
     ranks = Ranks(w, seed=seed + w)
@@ -111,7 +113,6 @@ def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, cau
     ring_shape = (batch, w * shard_len, kv_heads, dim)
     kr, vr = ranks.symmetric(ring_shape, BF16, "kr"), ranks.symmetric(ring_shape, BF16, "vr")
     arrive = ranks.symmetric((p["flags"],), np.uint32, "arrive", fill=0)
-    ring_view = (batch, w * halves, c, kv_heads, dim)
     launches, inputs, outputs = [], [], []
     for r in range(w):
         q_dev, k_dev, v_dev = (mach.from_numpy(x[r], name=n, rank=r) for n, x in (("q", qs), ("k", ks), ("v", vs)))
@@ -120,16 +121,16 @@ def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, cau
         inputs.append((q_dev, k_dev, v_dev))
         outputs.append(((out, BF16, qs[0].shape), (lse, np.float32, lse_shape)))
         q_view, kv_view = (batch, halves, c, heads, dim), (batch, halves, c, kv_heads, dim)
+        ring_view = (batch, w * halves, c, kv_heads, dim)
         views = dict(q=(q_dev.base, q_view), o=(out.base, q_view), k=(k_dev.base, kv_view), v=(v_dev.base, kv_view),
                      kr=(kr.ptr(r), ring_view), vr=(vr.ptr(r), ring_view))
         maps = {f"tmap_{n}": ranks.tensor_map(ptr, BF16, shape, BOX5) for n, (ptr, shape) in views.items()}
-        tables = {f"{x}_tmaps": _map_table(mach, r, [buf.ptr(i) for i in range(w)], ring_view, BOX5, 128,
-                                           f"{x}_tmaps") for x, buf in (("kr", kr), ("vr", vr))}
         launches.append(functools.partial(
-            ranks.launch, r, kern, kern.req_threads[0], layouts=dict(arrive=arrive), grid=_grid(p, compute),
-            smem=kern.dynamic_smem, num_comm_sms=0, **maps, **tables,
-            lse=lse.base, tasks=p["tasks"], q_blocks=p["q_blocks"], heads=heads, kv_heads=kv_heads,
-            group=heads // kv_heads, chunk=c, k_blocks=p["k_blocks"], pieces=p["pieces"], scale_log2=_scale_log2(dim)))
+            ranks.launch, r, kern, kern.req_threads[0], layouts=dict(kr=kr, vr=vr, arrive=arrive), grid=_grid(p),
+            smem=kern.dynamic_smem, num_comm_sms=p["num_comm_sms"], **maps,
+            lse=lse.base, k_local=k_dev.base, v_local=v_dev.base, tasks=p["tasks"], q_blocks=p["q_blocks"],
+            heads=heads, group=heads // kv_heads, chunk=c, k_blocks=p["k_blocks"], pieces=p["pieces"],
+            row_bytes=p["row_bytes"], scale_log2=_scale_log2(dim)))
     results = _calls(ranks, launches, inputs, outputs, range(seed, seed + calls), shards,
                      functools.partial(ring_attention.reference, causal=causal))
     _check_launch_count(arrive, w, calls)
@@ -142,32 +143,39 @@ def _check_launch_count(arrive, w: int, calls: int) -> None:
     assert counts == [calls] * w, f"arrive[LAUNCHES] after {calls} launches: {counts}"
 
 
+PIPELINED = dict(relay_lanes=2, relay_stages=3)                          # 100-row pieces: lane 1 has no chunk
+PIPELINED_4K = dict(relay_lanes=2, relay_stages=3, relay_chunk=4096)     # two 4 KiB chunks a lane per K/V copy
+DEEP_4K = dict(relay_lanes=1, relay_stages=4, relay_chunk=4096)          # eight chunks a K/V copy
+# (the 4 KiB cases: a lane's V copy right after its K copy reloads stages that K's stores may still be
+#  reading, unless stream_copy waits for them, cp.async.bulk.wait_group.read 0, before its first loads)
 RING_CASES = [
-    # w, batch, shard_len, heads, kv_heads, dim, causal, compute blocks a rank
-    (1, 1, 128, 2, 2, 64, False, 2),
-    (2, 1, 128, 2, 2, 64, False, 2),
-    (3, 1, 200, 2, 1, 64, False, 2),
-    (1, 1, 200, 2, 1, 64, True, 2),
-    (2, 1, 128, 2, 2, 64, True, 2),
-    (3, 1, 200, 2, 1, 64, True, 2),
-    (2, 2, 64, 2, 1, 64, True, 2),
-    (3, 1, 384, 1, 1, 64, False, 3),      # three pieces a shard, three blocks claiming them
-    (2, 1, 128, 1, 1, 128, True, 2),
-    (2, 1, 200, 2, 1, 64, True, 1),       # one block a rank pushes every piece, then attends
-    (3, 2, 256, 4, 2, 64, False, 4),
+    # w, batch, shard_len, heads, kv_heads, dim, causal, relay, communicators
+    (1, 1, 128, 2, 2, 64, False, None, 1),
+    (2, 1, 128, 2, 2, 64, False, None, 1),
+    (3, 1, 200, 2, 1, 64, False, None, 1),
+    (1, 1, 200, 2, 1, 64, True, None, 1),
+    (2, 1, 128, 2, 2, 64, True, None, 1),
+    (3, 1, 200, 2, 1, 64, True, None, 1),
+    (2, 2, 64, 2, 1, 64, True, None, 1),
+    (3, 1, 384, 1, 1, 64, False, None, 2),
+    (2, 1, 128, 1, 1, 128, True, None, 1),
+    (2, 1, 200, 2, 1, 64, True, PIPELINED, 1),
+    (2, 1, 128, 1, 1, 64, False, PIPELINED_4K, 1),
+    (3, 1, 128, 2, 2, 64, False, DEEP_4K, 1),
 ]
 
 
 def _ring_id(case) -> str:
-    w, batch, s, h, kvh, d, causal, compute = case
-    return f"w{w}-b{batch}-s{s}-h{h}kv{kvh}-d{d}{'-causal' if causal else ''}-blocks{compute}"
+    w, batch, s, h, kvh, d, causal, relay, comm = case
+    relay = "" if relay is None else "-relay" + "".join(f"{k[6]}{v}" for k, v in relay.items())
+    return f"w{w}-b{batch}-s{s}-h{h}kv{kvh}-d{d}{'-causal' if causal else ''}{relay}-comm{comm}"
 
 
-@pytest.mark.parametrize("w, batch, shard_len, heads, kv_heads, dim, causal, compute", RING_CASES,
+@pytest.mark.parametrize("w, batch, shard_len, heads, kv_heads, dim, causal, relay, comm", RING_CASES,
                          ids=[_ring_id(c) for c in RING_CASES])
-def test_ring_attention(w, batch, shard_len, heads, kv_heads, dim, causal, compute):
+def test_ring_attention(w, batch, shard_len, heads, kv_heads, dim, causal, relay, comm):
     _check_calls(run_ring(w, batch=batch, shard_len=shard_len, heads=heads, kv_heads=kv_heads, dim=dim,
-                          causal=causal, compute=compute, seed=shard_len + dim), f"ring w={w}")
+                          causal=causal, relay=relay, comm=comm, seed=shard_len + dim), f"ring w={w}")
 
 
 @pytest.mark.parametrize("w, causal", [(1, False), (2, True), (3, False)])

@@ -127,7 +127,7 @@ def test_the_kept_sequence_calls_and_buffers_go_with_their_heap_and_pin_no_opera
     q, kv, out = (empty((1, 128, 2, 64), "bfloat16") for _ in range(3))
     pkptx.ring_attention(q, kv, kv, heap.world, out=out, heap=heap)
     assert plans._states[heap].get("ring_attention").local(launches.launch_key(
-        "ring_attention", (q, kv, kv, out, None), (False, None, None, None, None))) is not None
+        "ring_attention", (q, kv, kv, out, None), (False, None, None, None, None, None))) is not None
     refs = [weakref.ref(x) for x in (q, kv, out)]
     del q, kv, out
     gc.collect()

@@ -7,7 +7,7 @@ import pytest
 
 from pkptx.errors import PTXBuildError
 from pkptx.isa import Param, u32
-from pkptx.templates.kernels import ag_gemm, moe_dispatch_gemm, ulysses
+from pkptx.templates.kernels import ag_gemm, moe_dispatch_gemm, ring_attention, ulysses
 from pkptx.templates.lcsc import WINDOW_SLACK, Buffer, Template
 
 PARAMS = (Param("n", u32),)
@@ -51,6 +51,7 @@ def test_comm_buffers_start_at_the_window_like_the_compute_buffers():
 @pytest.mark.parametrize("build, staging", [
     (lambda: ag_gemm.build(), "push_chunk"),
     (lambda: moe_dispatch_gemm.build(), "push_rows"),
+    (lambda: ring_attention.build(), "relay_staging"),
     (lambda: ulysses.build(), "push_staging")])
 def test_communicators_stage_in_their_own_buffer_not_the_compute_sides(build, staging):
     """The fused kernels' communicators declare their staging (no borrowed smem_a or smem_q), and it fits

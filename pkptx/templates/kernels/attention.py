@@ -145,17 +145,6 @@ class Keys:
     before_load: Callable = None     # kb -> None (loader only)
 
 
-def kv_boxes(b, cfg: "Config", x: str, tile, key0):
-    """(shared address, column, key) of each TMA box of the K (``x`` = "k") or V block whose first key
-    is ``key0``, in its tile at ``tile``: how the loader lays a block out, and how a copy of it is
-    stored elsewhere box by box."""
-    for kk in range(cfg.block_k // BOX_ROWS):
-        key = b.add(u32, key0, kk * BOX_ROWS, name="key")
-        for db in range(cfg.head_dim // BOX_COLS):
-            offset = k_box_offset(db, kk, cfg.block_k) if x == "k" else v_box_offset(db, kk, cfg.head_dim)
-            yield address(tile, offset), db * BOX_COLS, key
-
-
 def zigzag(ctx, task):
     """The task a compute block runs for its ``task``: in every other full round of the compute workers'
     tasks the blocks take the round in reverse. Tasks come longest first, so a block that took a round's
@@ -252,7 +241,7 @@ class Turns:
 
 
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:
-    d_boxes = cfg.head_dim // BOX_COLS
+    d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
     q_uses = kv_uses = None        # the rings' counters (every role thread its own), made by the prologue
 
@@ -296,8 +285,13 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     for ring, x in enumerate("kv"):
                         full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
                         tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
-                        for box, col, key in kv_boxes(b, cfg, x, tile, key0):
-                            b.tensor_load(box, keys.tmap(x), keys.coords(col, key), full)
+                        for kk in range(k_boxes):
+                            key = b.add(u32, key0, kk * BOX_ROWS, name="key")
+                            for db in range(d_boxes):
+                                offset = (k_box_offset(db, kk, cfg.block_k) if x == "k"
+                                          else v_box_offset(db, kk, cfg.head_dim))
+                                b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key),
+                                              full)
                     kv_pipe.advance(b)
 
             plan.keys(ctx, t, run, loader=True)

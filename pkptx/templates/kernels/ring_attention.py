@@ -1,70 +1,66 @@
-"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; every task
-attends to the shards in ring order (its own, then rank r-1's, r-2's, ...) while the peers' shards
-arrive, and the online softmax simply runs on across shards, so partial results are never merged (no
-merge pass, no LSE round trip).
+"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; K/V shards
+travel around the ring while the compute blocks attend to the shards already in hand, and the online
+softmax simply runs on across shards, so partial results are never merged (no merge pass, no LSE
+round trip).
 
-No block is set aside to communicate. Every block, as it starts and before its first task, pushes
-pieces of this rank's shard to the peers: its loader lane claims a piece (a 128-key block of K and V
-of one (batch, K/V head, chunk)) from a per-rank counter (``atom.add`` on arrive[CLAIMS]), TMA-loads it
-into the first stage of the K/V ring (free until the block's first task), TMA-stores its boxes
-straight into the receive slot for this rank of every peer that sees it, through that peer's tensor
-map (``kr_tmaps``/``vr_tmaps``), and raises the piece's arrival flag there (``cp.async.bulk.wait_group
-0; fence.proxy.async.global; red.release.sys.global.add``), until no piece is left. The blocks then
-attend, own shard first, so the pushes of the blocks that start later overlap the first tasks. Shards
-are pushed by their owners (no relay through intermediate ranks), so a loader waits only on the owner
-of the data it needs, and a rank receives only what its queries see.
+Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the previous rank's
+communicators and on the next rank's ticket 0, never on compute blocks) forward shards: at step
+s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
+r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
+memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
+(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes``
+threads of the communicator each move a share of the piece (:func:`stream_copy`, 16 KiB chunks, loads
+running ``relay_stages - 1`` chunks ahead of stores) and signal, so a flag reaches ``lanes · n`` in the
+n-th launch. Piece p is always moved by communicator ``p mod num_comm_sms`` on every rank, step by step,
+so a communicator waits only on its namesake of the previous rank for an earlier (step, piece), which has
+started (by induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the
+same ``num_comm_sms``.
 
-Forward progress holds however few blocks are resident (:mod:`..progress`): a piece is claimed only by
-a started block, which pushes it without waiting on anything, and a block waits on peers only after
-its rank's counter is exhausted, that is, after every piece of its rank has been claimed. The last
-block of a launch leaves the counter at 0 (``close_barrier``'s ``leave``).
-
-Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of the
-gathered K/V): no slot is reused within a call. Across calls, the closing barrier of a launch
-(:func:`close_launch`) ends it on every rank only when every block of every rank is done, so the next
-launch's pushes never overwrite data a peer still reads. Compute loaders, before TMA-loading a peer's
-block, acquire-wait its arrival flag and fence (``ld.acquire.sys``; ``fence.proxy.async.global``); the
-flag names in its id the rank whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`). Flags count
-launches, so they are never reset: the n-th launch waits for n, read on entry from arrive[LAUNCHES],
-the count of launches done on this rank, which the launch's last block advances
-(:func:`..progress.read_launch_count`; device state, so the arguments never change and a CUDA graph
-replays correctly).
+Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
+the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
+first push into r+1, a communicator waits until r+1's ticket 0 has signalled that r+1's launch started
+(its previous call, earlier on its stream, is done reading the slots). Compute loaders, before
+TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquire.sys``;
+``fence.proxy.async.global``). Flags count launches, so they are never reset: the n-th launch waits for
+n (times the signals per launch), n read on entry from arrive[LAUNCHES], the count of launches done on
+this rank, which the launch's last block advances (:func:`..progress.read_launch_count`; device state,
+so the arguments never change and a CUDA graph replays correctly). Waits name in their flag id the rank
+whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
 
 Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
 2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
 pair is full (key chunk earlier), diagonal (the same chunk) or skipped (later): a run of keys with
-``diag`` = chunk, 0 or -chunk in :mod:`.attention`'s terms. Rank r's early chunk is seen by every rank,
-its late chunk only by ranks below r, so only they are sent it. Non-causal: one chunk per shard, all
-full.
+``diag`` = chunk, 0 or -chunk in :mod:`.attention`'s terms. Non-causal: one chunk per shard, all full.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import PTXBuildError
-from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
-from ...primitives import Pipeline
+from ...isa import Param, Scope, Sem, b8, f32, u32, u64
+from ...primitives import Pipeline, StageRing
 from ...primitives.layout import ParallelLayout
-from ...primitives.p2p import TensorMapTable, store_async
 from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
+from ...primitives.stream import stream_copy
 from ...primitives.tma import tensor_map_param
-from ..lcsc import Ring
+from ..lcsc import WINDOW_SLACK, Buffer, Ring
 from ..progress import close_barrier, read_launch_count
 from . import attention
 
-ARRIVE = ParallelLayout("arrive")
+KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
 LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
-CLAIMS = 1                # arrive[1]: pieces of this rank's shard claimed by its blocks in this launch
-PIECES = 2                # arrive[PIECES + i]: the arrival flag of piece i (:func:`arrival_index`)
+READY = 1                 # arrive[1]: the next rank's launch has started (it adds 1 per launch)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
-KEY_BLOCK = 128           # keys per pushed block (and per arrival flag)
-MAPS = tuple(TensorMapTable(n) for n in ("kr", "vr"))
+KEY_BLOCK = 128           # keys per piece (and per arrival flag)
+RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
+RELAY_LANES = 12          # (H200, probe/push_probe.py, bench/RESULTS.md 2026-12-03)
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "o", "kr", "vr")) + (
-    Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
-    Param("kv_heads", u32), Param("group", u32), Param("chunk", u32), Param("k_blocks", u32),
-    Param("pieces", u32), Param("scale_log2", f32))
+    Param("lse", u64, pointer=True), Param("k_local", u64, pointer=True), Param("v_local", u64, pointer=True),
+    Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32), Param("group", u32), Param("chunk", u32),
+    Param("k_blocks", u32), Param("pieces", u32), Param("row_bytes", u32), Param("scale_log2", f32))
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,18 @@ class Config:
     """The attention configuration of the compute blocks, and the mask (also Ulysses' Config)."""
     attention: attention.Config = attention.Config()
     causal: bool = False
+    relay_lanes: int | None = None   # threads of a communicator that each move every lanes-th chunk of a piece
+                                     # (and signal); None: as many as the window holds stages, at most RELAY_LANES
+    relay_stages: int = 1     # shared-memory stages per lane: its loads run stages - 1 chunks ahead of its stores
+    relay_chunk: int = RELAY_CHUNK   # bytes per chunk
     prefix = "ring"           # of the kernel name (a class attribute, not a field)
+
+    @property
+    def lanes(self) -> int:
+        if self.relay_lanes is not None:
+            return self.relay_lanes
+        window = attention.template(self.attention).dynamic_smem - WINDOW_SLACK
+        return max(1, min(RELAY_LANES, window // (self.relay_stages * self.relay_chunk)))
 
     @property
     def halves(self) -> int:
@@ -85,26 +92,28 @@ class Config:
 
     @property
     def name(self) -> str:
-        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}"
+        relay = "" if (self.relay_lanes, self.relay_stages, self.relay_chunk) == (None, 1, RELAY_CHUNK) else \
+            f"_l{self.lanes}s{self.relay_stages}c{self.relay_chunk // 1024}"
+        return f"{self.prefix}_{self.attention.name}{'_causal' if self.causal else ''}{relay}"
 
 
-def arrival_index(b, ctx, batch, kv_head, src, khalf, kb, halves: int):
-    """arrive[PIECES + (((batch·world + src)·halves + khalf)·kv_heads + kv_head)·k_blocks + kb]: the flag
-    of block kb of (batch, K/V head) of source ``src``'s chunk ``khalf``."""
+def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
+    """arrive[READY + 1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
     if halves == 2:
         slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
-    slot = b.mad(u32, slot, ctx.p.kv_heads, kv_head, mode="lo", name="head_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), PIECES, name="piece_flag")
+    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), READY + 1, name="piece_flag")
 
 
 def later_deadline(ctx, shift: int = 3) -> Deadline:
-    """The compute blocks' later budgets (Ulysses' loaders ``shift`` 3, the consumers 2): a wait on a
-    rank that never comes expires and is reported first, not a wait on data an intact rank could not
-    pass on, nor a consumer's wait on a loader that is still waiting."""
+    """The compute blocks' budgets: the loaders' waits for peer data end timeout / 2^shift later than the
+    communicators' (shift 3), the consumers' waits for their loader later still (shift 2). So when a rank
+    never comes, a communicator's wait on that rank itself expires and is reported first (every rank's
+    communicators wait on every other rank, directly or along the ring), not a wait on data that an
+    intact rank could not pass on, nor a consumer's wait on a loader that is still waiting."""
     b = ctx.b
     margin = b.shr(u64, b.load_param("timeout_ns"), shift, name="compute_margin")
-    return replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
+    return dataclasses.replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
 
 
 class PeerPlan(attention.Plan):
@@ -115,6 +124,16 @@ class PeerPlan(attention.Plan):
 
     def consumer_deadline(self, ctx):
         return later_deadline(ctx, 2)
+
+
+def await_piece(ctx, index, src, lanes: int, *, deadline: Deadline) -> None:
+    """Acquire the piece's arrival (every relay lane of the sender has signalled, ``lanes`` per launch),
+    then order it before the async proxy's (TMA) reads of the data."""
+    b = ctx.b
+    expected = b.mul(u32, ctx.launch, lanes, mode="lo", name="piece_signals")
+    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), expected, sem=Sem.ACQUIRE,
+         scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
+    b.fence_proxy_async("global")
 
 
 @dataclass(frozen=True)
@@ -132,7 +151,7 @@ def run_diag(b, key_chunk, query_chunk, length, skip):
 
 class RingPlan(PeerPlan):
     """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
-    keys shard by shard in ring order (own shard first), chunk by chunk."""
+    keys shard by shard in arrival order (own shard first), chunk by chunk."""
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
@@ -178,98 +197,11 @@ class RingPlan(PeerPlan):
 
             def before_load(kb, src=src, khalf=khalf, own=own):
                 with b.if_then(b.not_("pred", own, name="from_peer")):
-                    await_piece(ctx, arrival_index(b, ctx, t.batch, kv_head, src, khalf, kb, halves), src,
+                    await_piece(ctx, arrival_index(b, t.batch, src, khalf, kb, ctx, halves), src, cfg.lanes,
                                 deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
-
-
-def await_piece(ctx, index, src, *, deadline: Deadline) -> None:
-    """Acquire the block's arrival (its owner signals once per launch), then order it before the async
-    proxy's (TMA) reads of the data."""
-    b = ctx.b
-    wait(b, flag_address(b, ctx.layouts["arrive"], ctx.rank, index), ctx.launch, sem=Sem.ACQUIRE,
-         scope=Scope.SYS, deadline=deadline, flag_id=b.or_("b32", src, PEER_FLAG, name="awaited_rank"))
-    b.fence_proxy_async("global")
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One piece of this rank's shard: block ``kb`` of K and V of (batch, K/V head, chunk ``khalf``)."""
-    ctx: object
-    cfg: Config
-    batch: object
-    kv_head: object
-    khalf: object
-    kb: object
-
-    @classmethod
-    def of(cls, ctx, cfg: Config, piece) -> "Piece":
-        """Piece number ``piece`` (kb fastest, then K/V head, chunk, batch)."""
-        b = ctx.b
-        kb, rest = b.rem(u32, piece, ctx.p.k_blocks, name="piece_kb"), b.div(u32, piece, ctx.p.k_blocks)
-        kv_head, rest = b.rem(u32, rest, ctx.p.kv_heads, name="piece_head"), b.div(u32, rest, ctx.p.kv_heads)
-        if cfg.halves == 1:
-            return cls(ctx, cfg, rest, kv_head, b.mov(u32, 0, name="piece_half"), kb)
-        return cls(ctx, cfg, b.shr(u32, rest, 1, name="piece_batch"), kv_head, b.and_("b32", rest, 1, name="piece_half"),
-                   kb)
-
-    def peers(self, emit) -> None:
-        """``emit(dst)`` for every peer that sees this chunk: all of them, or (the late chunk of a
-        zigzag shard) those below this rank."""
-        b, ctx = self.ctx.b, self.ctx
-        for d in b.range(1, ctx.world, name="peer_step"):
-            dst = b.rem(u32, b.add(u32, ctx.rank, d), ctx.world, name="dst")
-            if self.cfg.halves == 1:
-                emit(dst)
-                continue
-            sees = b.setp("lt", u32, dst, ctx.rank, combine="or", c=b.setp("eq", u32, self.khalf, 0), name="sees")
-            with b.if_then(sees):
-                emit(dst)
-
-    def push(self, tiles: dict, pushed) -> None:
-        """Load the piece into ``tiles`` ("k", "v": shared addresses) on the push barrier (``pushed``: the
-        block's pieces so far, its position), store its boxes into each peer's slot for this rank, and
-        raise its flag there once the stores are done."""
-        b, ctx, a = self.ctx.b, self.ctx, self.cfg.attention
-        key0 = b.mul(u32, self.kb, KEY_BLOCK, mode="lo", name="piece_key0")
-        pipe = Pipeline.bounce(ctx.rings["push"].bar(b, 0), uses=pushed)
-        bar = pipe.commit(b, 2 * a.kv_bytes)
-        for x in "kv":
-            for box, col, key in attention.kv_boxes(b, a, x, tiles[x], key0):
-                b.tensor_load(box, tensor_map_param(b, f"tmap_{x}"), (col, self.kv_head, key, self.khalf, self.batch),
-                              bar)
-        pipe.wait(b, deadline=ctx.deadline, name="piece_in")
-        pipe.advance(b)
-        slot = b.mad(u32, ctx.rank, self.cfg.halves, self.khalf, mode="lo", name="dst_slot")
-
-        def store(dst):
-            for x in "kv":
-                table = ctx.tmaps[f"{x}r"].of(b, dst)
-                for box, col, key in attention.kv_boxes(b, a, x, tiles[x], key0):
-                    store_async(b, table, (col, self.kv_head, key, slot, self.batch), box, commit=False)
-
-        self.peers(store)
-        b.bulk_commit_group()
-        publish_async_writes(b)            # also: the stores have read the tiles before the next loads
-        index = arrival_index(b, ctx, self.batch, self.kv_head, ctx.rank, self.khalf, self.kb, self.cfg.halves)
-        self.peers(lambda dst: signal(b, flag_address(b, ctx.layouts["arrive"], dst, index), 1, sem=Sem.RELEASE,
-                                      scope=Scope.SYS))
-
-
-def push_shard(ctx, cfg: Config) -> None:
-    """The loader lane of a block that has just started: claim pieces of this rank's shard and push them
-    until none is left (:class:`Piece`), through the first stage of the K/V ring."""
-    b = ctx.b
-    with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="push_lane")):
-        claims = address(flag_address(b, ctx.layouts["arrive"], ctx.rank, CLAIMS))
-        tiles = {x: ctx.smem[f"smem_{x}"] for x in "kv"}
-        pushed = b.mov(u32, 0, name="pushed")
-        with b.loop("push") as lp:
-            piece = b.atom("add", u32, claims, 1, sem=Sem.RELAXED, scope=Scope.GPU, space="global", name="claimed")
-            lp.break_if(b.setp("ge", u32, piece, ctx.p.pieces, name="shard_pushed"))
-            Piece.of(ctx, cfg, piece).push(tiles, pushed)
 
 
 def launches_word(ctx):
@@ -277,21 +209,20 @@ def launches_word(ctx):
     return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, LAUNCHES)
 
 
-def close_launch(ctx, *more) -> None:
+def close_launch(ctx) -> None:
     """The rank barrier that ends the launch (:mod:`..progress`), leaving this launch's number as the
-    count of launches done on this rank (and each (address, value) of ``more``)."""
-    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),) + more)
+    count of launches done on this rank."""
+    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),))
 
 
-def communicating(cfg, plan, *, announce=None, **template):
-    """Attention's template and roles for a kernel whose blocks wait on peers: blocks take launch
-    tickets, communicators (if any) the first ones (compute blocks wait on them; they never wait on
-    compute blocks); the prologue also reads this launch's number (``ctx.launch``, from
-    :func:`launches_word`; the epilogue must end with :func:`close_launch`) and lets ticket 0's thread 0
-    ``announce(ctx)`` that this launch has started."""
+def communicating(cfg, plan, *, announce, **template):
+    """Attention's template and roles for a kernel whose communicators take the first tickets (compute
+    blocks wait on them; they never wait on compute blocks): the prologue also reads this launch's
+    number (``ctx.launch``, from :func:`launches_word`; the epilogue must end with :func:`close_launch`)
+    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
     base = attention.template(cfg.attention)
-    t = replace(base, name=cfg.name, comm_first=True, progress=True,
-                **{k: v(base) if callable(v) else v for k, v in template.items()})
+    t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
+                            **{k: v(base) if callable(v) else v for k, v in template.items()})
     parts = attention.roles(cfg.attention, plan)
     start = parts.pop("prologue")
 
@@ -299,9 +230,8 @@ def communicating(cfg, plan, *, announce=None, **template):
         start(ctx)
         b = ctx.b
         ctx.launch = read_launch_count(b, launches_word(ctx))
-        if announce is not None:
-            with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
-                announce(ctx)
+        with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
+            announce(ctx)
 
     return t, dict(parts, prologue=prologue)
 
@@ -309,23 +239,93 @@ def communicating(cfg, plan, *, announce=None, **template):
 def build(cfg: Config = Config()):
     a = cfg.attention
     if a.block_k != KEY_BLOCK:
-        raise PTXBuildError(f"ring_attention: block_k must be the pushed piece's {KEY_BLOCK} keys, got {a.name}")
-    t, parts = communicating(cfg, RingPlan(cfg), params=PARAMS, layouts=(ARRIVE,), tensor_maps=MAPS,
-                             rings=lambda base: base.rings + (Ring("push", 1, 1),))
-    start = parts.pop("prologue")
+        raise PTXBuildError(f"ring_attention: block_k must be the piece size {KEY_BLOCK}, got {a.block_k}")
+    lanes, stages, chunk_bytes = cfg.lanes, cfg.relay_stages, cfg.relay_chunk
+    window = attention.template(a).dynamic_smem - WINDOW_SLACK
+    if not 1 <= lanes <= 32 or stages < 1 or chunk_bytes % 16 or window < lanes * stages * chunk_bytes:
+        raise PTXBuildError(f"ring_attention: {lanes} relay lanes (1-32) of {stages} stages of {chunk_bytes} bytes "
+                            f"(a multiple of 16) need more than the {window} bytes of shared memory of {a.name}")
 
-    def prologue(ctx):
-        start(ctx)
-        push_shard(ctx, cfg)
+    def announce(ctx):
+        """To the previous rank (the one that pushes here)."""
+        b = ctx.b
+        prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
+        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
+
+    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, params=PARAMS, layouts=(KR, VR, ARRIVE),
+                             comm_buffers=(Buffer("relay_staging", lanes * stages * chunk_bytes, 1024),),
+                             rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
+
+    def relay(ctx, lane, relayed, dst, src, nbytes) -> None:
+        """This lane's chunks (``lane``, ``lane + lanes``, ...) of ``nbytes`` from ``src`` (local) to
+        ``dst`` (a peer) through its own ``stages`` stages of shared memory and mbarriers
+        (:func:`stream_copy`, its position ``relayed``): the lanes' copies overlap, and each lane's loads
+        run ahead of its stores."""
+        b = ctx.b
+        own = StageRing(b.mad(u32, lane, 8 * stages, ctx.rings["relay"].base, mode="lo", name="relay_bars"), stages)
+        buf = b.mad(u32, lane, stages * chunk_bytes, ctx.smem["relay_staging"], mode="lo", name="relay_buf")
+        stream_copy(b, Pipeline((own,), uses=relayed), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
+                    deadline=ctx.deadline, first=lane, stride=lanes)
+
+    def padded_pieces(ctx):
+        """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
+        on communicator p mod num_comm_sms at every step."""
+        b, n = ctx.b, ctx.p.num_comm_sms
+        return b.mul(u32, b.div(u32, b.add(u32, ctx.p.pieces, b.sub(u32, n, 1)), n), n, mode="lo",
+                     name="padded_pieces")
+
+    def comm_tasks(ctx):
+        return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
+
+    def forward(ctx, task):
+        """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
+        to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
+        a communicator pushes all its own pieces before it waits on anything but the next rank's start.
+        Threads 0 .. lanes-1 each do all of it for their share of the chunks, with no barrier
+        between them (a lane that times out just exits): each waits, copies, and adds 1 to the flag."""
+        b, halves = ctx.b, cfg.halves
+        padded = padded_pieces(ctx)
+        piece = b.rem(u32, task, padded, name="piece")
+        forwarder = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
+        with b.if_then(b.setp("lt", u32, piece, ctx.p.pieces, combine="and", c=forwarder, name="real_piece")):
+            step = b.add(u32, b.div(u32, task, padded), 1, name="step")
+            k_blocks, chunk, world, rank = ctx.p.k_blocks, ctx.p.chunk, ctx.world, ctx.rank
+            kb = b.rem(u32, piece, k_blocks, name="piece_kb")
+            rest = b.div(u32, piece, k_blocks, name="piece_rest")
+            khalf = b.rem(u32, rest, halves, name="piece_half")
+            batch = b.div(u32, rest, halves, name="piece_batch")
+            key0 = b.mul(u32, kb, KEY_BLOCK, mode="lo", name="piece_key0")
+            row = b.mad(u32, khalf, chunk, key0, mode="lo", name="piece_row")
+            rows = b.min(u32, b.sub(u32, chunk, key0), KEY_BLOCK, name="piece_rows")
+            nbytes = b.mul(u32, rows, ctx.p.row_bytes, mode="lo", name="piece_bytes")
+            shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
+            nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
+            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.launch, sem=Sem.ACQUIRE,
+                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
+            b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
+            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
+            ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
+            own = b.setp("eq", u32, step, 1, name="own_shard")
+            local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
+            flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
+            relayed = b.carried(u32, 0, name="relayed")     # the lane's chunks through its stages, over K, V, tasks
+            with b.if_then(b.not_("pred", own, name="forwarded")):
+                await_piece(ctx, flag, src, lanes, deadline=ctx.deadline)
+            for x, lay in (("k", "kr"), ("v", "vr")):
+                base = b.selp(u64, ctx.p[f"{x}_local"], ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
+                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.p.row_bytes, mode="wide"))
+                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.p.row_bytes,
+                                                                           mode="wide"))
+                relay(ctx, ctx.tid, relayed, dst_addr, src_addr, nbytes)
+            publish_async_writes(b)
+            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
-        """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`) and
-        the claim counter at 0."""
-        b = ctx.b
-        b.bulk_wait_group(0)
-        close_launch(ctx, (flag_address(b, ctx.layouts["arrive"], ctx.rank, CLAIMS), b.mov(u32, 0, name="no_claims")))
+        """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
+        ctx.b.bulk_wait_group(0)
+        close_launch(ctx)
 
-    return t.build(**parts, prologue=prologue, epilogue=epilogue)
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=forward, epilogue=epilogue)
 
 
 # ------------------------------------------------------------------ host-side models (no GPU)
