@@ -114,7 +114,7 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     q_blocks = -(-chunk // cfg.attention.rows)
     return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
-                pieces=batch * cfg.halves * k_blocks, flags=2 + batch * world_size * cfg.halves * k_blocks,
+                pieces=batch * cfg.halves * k_blocks, flags=1 + world_size + batch * world_size * cfg.halves * k_blocks,
                 row_bytes=kv_heads * dim * 2,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,

@@ -2,8 +2,8 @@
 memory-ordering forms the design needs; every argument error is raised before GPU work; and numpy
 models of the ring schedule check that the runs of keys each rank visits (in arrival order, with their
 full / diagonal / skipped masks) give exactly attention over the whole sequence, that zigzag gives every
-rank (and every ring step) the same work, and that the communicators' piece assignment always finishes
-however few blocks are resident."""
+rank (and every ring step) the same work, and that the communicators send every piece to exactly the
+ranks that see it."""
 from __future__ import annotations
 
 import numpy as np
@@ -51,19 +51,19 @@ def test_ring_ptx_ordering_forms():
                  "red.release.sys.global.add.u32", "cp.async.bulk.wait_group.read 0"):
         assert any(line.startswith(form) for line in lines), form
     signals = [i for i, line in enumerate(lines) if line.startswith("red.release.sys")]
-    # the first signal is ticket 0's "started" to the previous rank; every later one raises an arrival
+    # the first signal is ticket 0's "started" to every rank; every later one raises an arrival
     # and must follow a full wait for the bulk stores and the async-proxy fence (pk-design 5)
     for i in signals[1:]:
         last_store = max(j for j in range(i) if lines[j].startswith("cp.async.bulk.global.shared::cta"))
         after = lines[last_store:i]
         assert "cp.async.bulk.wait_group 0;" in after, after
         assert after.index("fence.proxy.async.global;") > after.index("cp.async.bulk.wait_group 0;"), after
-    # every flag wait (the next rank's start, the forwarder's and the loader's arrivals) fences the async
-    # proxy before the bulk copies or TMA loads that depend on it
-    # (the fourth and last is the closing rank barrier's, after which nothing is copied)
+    # the flag waits: every rank's start (a loop over the ranks, then one fence before the first bulk copy),
+    # the loader's wait for a piece (fenced before its TMA loads), and the closing rank barrier's
     ends = [i for i, line in enumerate(lines) if line.startswith("$L_wait_flag_end")]
-    assert len(ends) == 4 and all(lines[i + 1] == "fence.proxy.async.global;" for i in ends[:3]), \
-        [lines[i + 1] for i in ends]
+    assert len(ends) == 3 and lines[ends[1] + 1] == "fence.proxy.async.global;", [lines[i + 1] for i in ends]
+    first_copy = next(i for i in range(ends[0], len(lines)) if lines[i].startswith("cp.async.bulk.shared::cluster"))
+    assert "fence.proxy.async.global;" in lines[ends[0]:first_copy]
 
 
 def test_peer_flag_constant_shared_with_the_host():
@@ -80,7 +80,7 @@ def plan(q=(2, 100, 8, 128), k=(2, 100, 2, 128), v=None, world=2, dtypes=(BF, BF
 def test_ring_plan():
     p = plan(world=3, causal=True)
     assert (p["chunk"], p["k_blocks"], p["q_blocks"], p["cfg"].halves) == (50, 1, 1, 2)
-    assert p["tasks"] == 2 * 8 * 2 and p["pieces"] == 2 * 2 and p["flags"] == 2 + 2 * 3 * 2
+    assert p["tasks"] == 2 * 8 * 2 and p["pieces"] == 2 * 2 and p["flags"] == 1 + 3 + 2 * 3 * 2
     assert plan(world=1)["num_comm_sms"] == 0 and plan(world=4, num_comm_sms=7)["num_comm_sms"] == 7
 
 
@@ -204,26 +204,26 @@ def test_zigzag_balances_work_per_rank_and_per_step(world):
 
 
 @settings(max_examples=60, deadline=None)
-@given(world=st.integers(2, 6), pieces=st.integers(1, 12), workers=st.integers(1, 6), resident=st.integers(1, 3))
-def test_forwarding_finishes_with_few_resident_blocks(world, pieces, workers, resident):
-    """Communicator ``j`` moves pieces j, j+n, ... step by step (all of its pieces at step 1, then at
-    step 2, ...); only ``resident`` of them run at once on each rank (a later ticket starts when an earlier
-    block ends). Item (rank, piece, step) needs (rank-1, piece, step-1) pushed. Everything must finish."""
-    items = {r: {j: [(p, s) for s in range(1, world) for p in range(j, pieces, workers)] for j in range(workers)}
-             for r in range(world)}
-    done = set()
-    progress = True
-    while progress:
-        progress = False
-        for r in range(world):
-            running = [j for j in range(workers) if items[r][j]][:resident]
-            for j in running:
-                p, s = items[r][j][0]
-                if s == 1 or ((r - 1) % world, p, s - 1) in done:
-                    done.add((r, p, s))
-                    items[r][j].pop(0)
-                    progress = True
-    assert all(not lst for per in items.values() for lst in per.values())
+@given(world=st.integers(2, 6), k_blocks=st.integers(1, 5), batch=st.integers(1, 3), causal=st.booleans())
+def test_every_piece_reaches_every_rank_that_sees_it_once(world, k_blocks, batch, causal):
+    """The communicator tasks of rank r send each piece (batch, chunk, key block) once to every other
+    rank whose queries see that chunk (``ring.schedule``: not "skip"), and to no other, in piece order."""
+    halves = 2 if causal else 1
+    pieces = batch * halves * k_blocks
+    for rank in range(world):
+        sent = []
+        for task in range(pieces * (world - 1)):
+            piece, dst = task // (world - 1), (rank + 1 + task % (world - 1)) % world
+            khalf = (piece // k_blocks) % halves
+            if khalf == 0 or dst < rank:
+                sent.append((piece, dst))
+        assert [p for p, _ in sent] == sorted(p for p, _ in sent)
+        for piece in range(pieces):
+            khalf = (piece // k_blocks) % halves
+            chunk = ring.zigzag_chunks(rank, world)[khalf] if causal else rank
+            seen_by = {r for r in range(world) if r != rank and any(
+                gk == chunk and kind != "skip" for _, gk, kind in ring.schedule(r, world, causal=causal))}
+            assert {d for p, d in sent if p == piece} == seen_by, (rank, piece)
 
 
 @settings(max_examples=30, deadline=None)

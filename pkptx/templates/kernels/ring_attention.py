@@ -3,22 +3,21 @@ travel around the ring while the compute blocks attend to the shards already in 
 softmax simply runs on across shards, so partial results are never merged (no merge pass, no LSE
 round trip).
 
-Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the previous rank's
-communicators and on the next rank's ticket 0, never on compute blocks) forward shards: at step
-s = 1 .. world-1, rank r pushes the shard of rank ``(r - s + 1) mod world`` (its own at s = 1) to rank
-r+1, piece by piece (a piece: the K and V rows of one 128-key block of one batch), through shared
-memory with 1-D bulk copies (``cp.async.bulk``), then raises that piece's arrival flag on r+1
-(``cp.async.bulk.wait_group 0; fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes``
-threads of the communicator each move a share of the piece (:func:`stream_copy`, 16 KiB chunks, loads
-running ``relay_stages - 1`` chunks ahead of stores) and signal, so a flag reaches ``lanes · n`` in the
-n-th launch. Piece p is always moved by communicator ``p mod num_comm_sms`` on every rank, step by step,
-so a communicator waits only on its namesake of the previous rank for an earlier (step, piece), which has
-started (by induction over the worker index) or never waits (:mod:`..progress`); ranks must pass the
-same ``num_comm_sms``.
+Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the peers' ticket 0, never
+on compute blocks) push this rank's shard straight to every peer that sees it (no relay through other
+ranks): a communicator task is one piece (the K and V rows of one 128-key block of one batch and chunk)
+for one peer, pieces in the order the compute tasks need them, each piece to every peer before the next.
+It moves the rows through shared memory with 1-D bulk copies (``cp.async.bulk``) into the peer's slot
+for this rank, then raises that piece's arrival flag on the peer (``cp.async.bulk.wait_group 0;
+fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes`` threads of the communicator
+each move a share of the piece (:func:`stream_copy`, 16 KiB chunks, loads running ``relay_stages - 1``
+chunks ahead of stores) and signal, so a flag reaches ``lanes · n`` in the n-th launch. A communicator
+never waits on another, so any number of them, and any split of the pieces, finishes; ranks may pass
+different ``num_comm_sms``.
 
 Every rank keeps a receive slot per source rank (``kr``/``vr``: (B, world, S, H_kv, D), the layout of
 the gathered K/V): no slot is ever reused within a call, so no push waits for a reader. Before the
-first push into r+1, a communicator waits until r+1's ticket 0 has signalled that r+1's launch started
+first push, a communicator waits until every rank's ticket 0 has signalled that its launch started
 (its previous call, earlier on its stream, is done reading the slots). Compute loaders, before
 TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquire.sys``;
 ``fence.proxy.async.global``). Flags count launches, so they are never reset: the n-th launch waits for
@@ -43,7 +42,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, Scope, Sem, b8, f32, u32, u64
 from ...primitives import Pipeline, StageRing
 from ...primitives.layout import ParallelLayout
-from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, wait
+from ...primitives.sync import Deadline, flag_address, publish_async_writes, signal, signal_all, wait
 from ...primitives.stream import stream_copy
 from ...primitives.tma import tensor_map_param
 from ..lcsc import WINDOW_SLACK, Buffer, Ring
@@ -52,7 +51,7 @@ from . import attention
 
 KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
 LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
-READY = 1                 # arrive[1]: the next rank's launch has started (it adds 1 per launch)
+STARTED = 1               # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per piece (and per arrival flag)
 RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
@@ -98,19 +97,39 @@ class Config:
 
 
 def arrival_index(b, batch, src, khalf, kb, ctx, halves: int):
-    """arrive[READY + 1 + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
+    """arrive[STARTED + world + ((batch·world + src)·halves + khalf)·k_blocks + kb]: the flag of one piece."""
     slot = b.mad(u32, batch, ctx.world, src, mode="lo", name="src_slot")
     if halves == 2:
         slot = b.mad(u32, slot, 2, khalf, mode="lo", name="src_slot")
-    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), READY + 1, name="piece_flag")
+    first = b.add(u32, ctx.world, STARTED, name="first_piece_flag")
+    return b.add(u32, b.mad(u32, slot, ctx.p.k_blocks, kb, mode="lo"), first, name="piece_flag")
+
+
+def announce_start(ctx) -> None:
+    """Ticket 0's thread 0: to every rank, in its arrive[STARTED + this rank]."""
+    b = ctx.b
+    signal_all(b, ctx.layouts["arrive"], b.add(u32, ctx.rank, STARTED, name="started_flag"), 1, world=ctx.world,
+               sem=Sem.RELEASE, scope=Scope.SYS, multicast=False)
+
+
+def await_starts(ctx) -> None:
+    """Before a communicator's first push: every rank's launch has started (so no previous call still
+    reads the slots), waited rank by rank, so a rank that never comes is named by every rank's
+    communicators first; then the bulk or TMA stores into the peers come after their start."""
+    b = ctx.b
+    for other in b.range(0, ctx.world, name="rank"):
+        started = flag_address(b, ctx.layouts["arrive"], ctx.rank, b.add(u32, other, STARTED, name="started_flag"))
+        wait(b, started, ctx.launch, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline,
+             flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
+    b.fence_proxy_async("global")
 
 
 def later_deadline(ctx, shift: int = 3) -> Deadline:
     """The compute blocks' budgets: the loaders' waits for peer data end timeout / 2^shift later than the
     communicators' (shift 3), the consumers' waits for their loader later still (shift 2). So when a rank
     never comes, a communicator's wait on that rank itself expires and is reported first (every rank's
-    communicators wait on every other rank, directly or along the ring), not a wait on data that an
-    intact rank could not pass on, nor a consumer's wait on a loader that is still waiting."""
+    communicators wait on every other rank), not a wait on data that was never pushed because of it, nor
+    a consumer's wait on a loader that is still waiting."""
     b = ctx.b
     margin = b.shr(u64, b.load_param("timeout_ns"), shift, name="compute_margin")
     return dataclasses.replace(ctx.deadline, end=b.add(u64, ctx.deadline.end, margin, name="compute_deadline"))
@@ -246,13 +265,7 @@ def build(cfg: Config = Config()):
         raise PTXBuildError(f"ring_attention: {lanes} relay lanes (1-32) of {stages} stages of {chunk_bytes} bytes "
                             f"(a multiple of 16) need more than the {window} bytes of shared memory of {a.name}")
 
-    def announce(ctx):
-        """To the previous rank (the one that pushes here)."""
-        b = ctx.b
-        prev = b.rem(u32, b.sub(u32, b.add(u32, ctx.rank, ctx.world), 1), ctx.world, name="prev_rank")
-        signal(b, flag_address(b, ctx.layouts["arrive"], prev, READY), 1, sem=Sem.RELEASE, scope=Scope.SYS)
-
-    t, parts = communicating(cfg, RingPlan(cfg), announce=announce, params=PARAMS, layouts=(KR, VR, ARRIVE),
+    t, parts = communicating(cfg, RingPlan(cfg), announce=announce_start, params=PARAMS, layouts=(KR, VR, ARRIVE),
                              comm_buffers=(Buffer("relay_staging", lanes * stages * chunk_bytes, 1024),),
                              rings=lambda base: base.rings + (Ring("relay", lanes * stages, 1),))
 
@@ -267,65 +280,57 @@ def build(cfg: Config = Config()):
         stream_copy(b, Pipeline((own,), uses=relayed), dst, src, nbytes, chunk=chunk_bytes, buffer=buf,
                     deadline=ctx.deadline, first=lane, stride=lanes)
 
-    def padded_pieces(ctx):
-        """Pieces rounded up to a multiple of num_comm_sms, so task t = step·padded + piece keeps piece p
-        on communicator p mod num_comm_sms at every step."""
-        b, n = ctx.b, ctx.p.num_comm_sms
-        return b.mul(u32, b.div(u32, b.add(u32, ctx.p.pieces, b.sub(u32, n, 1)), n), n, mode="lo",
-                     name="padded_pieces")
-
     def comm_tasks(ctx):
-        return ctx.b.mul(u32, padded_pieces(ctx), ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
+        """A piece for a peer: every piece to every other rank, piece by piece."""
+        return ctx.b.mul(u32, ctx.p.pieces, ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
 
-    def forward(ctx, task):
-        """Step s of one piece (batch, chunk half, key block): its own shard's at s = 1, else wait for it
-        to arrive from the previous rank; push it to the next rank, raise its flag there. Step-major, so
-        a communicator pushes all its own pieces before it waits on anything but the next rank's start.
-        Threads 0 .. lanes-1 each do all of it for their share of the chunks, with no barrier
-        between them (a lane that times out just exits): each waits, copies, and adds 1 to the flag."""
+    def push(ctx, task):
+        """One piece (batch, chunk half, key block; pieces in the compute tasks' order) to one peer, if
+        that peer sees it (a zigzag shard's later chunk only goes to the ranks below this one): wait until
+        every rank has started (the first task only), copy its K and V rows into the peer's slot for this
+        rank, raise its flag there. Threads 0 .. lanes-1 each do all of it for their share of the chunks,
+        with no barrier between them (a lane that times out just exits): each copies and adds 1 to the
+        flag."""
         b, halves = ctx.b, cfg.halves
-        padded = padded_pieces(ctx)
-        piece = b.rem(u32, task, padded, name="piece")
-        forwarder = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
-        with b.if_then(b.setp("lt", u32, piece, ctx.p.pieces, combine="and", c=forwarder, name="real_piece")):
-            step = b.add(u32, b.div(u32, task, padded), 1, name="step")
-            k_blocks, chunk, world, rank = ctx.p.k_blocks, ctx.p.chunk, ctx.world, ctx.rank
-            kb = b.rem(u32, piece, k_blocks, name="piece_kb")
-            rest = b.div(u32, piece, k_blocks, name="piece_rest")
-            khalf = b.rem(u32, rest, halves, name="piece_half")
-            batch = b.div(u32, rest, halves, name="piece_batch")
+        world, rank = ctx.world, ctx.rank
+        peers = b.sub(u32, world, 1, name="peers")
+        piece = b.div(u32, task, peers, name="piece")
+        dst = b.rem(u32, b.add(u32, b.add(u32, rank, 1), b.rem(u32, task, peers)), world, name="dst")
+        k_blocks, chunk = ctx.p.k_blocks, ctx.p.chunk
+        kb = b.rem(u32, piece, k_blocks, name="piece_kb")
+        rest = b.div(u32, piece, k_blocks, name="piece_rest")
+        khalf = b.rem(u32, rest, halves, name="piece_half")
+        batch = b.div(u32, rest, halves, name="piece_batch")
+        sees = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
+        if halves == 2:
+            early = b.setp("eq", u32, khalf, 0, combine="or", c=b.setp("lt", u32, dst, rank), name="sees_chunk")
+            sees = b.and_("pred", sees, early, name="forwarder")
+        with b.if_then(sees):
+            with b.if_then(b.setp("eq", u32, task, ctx.ticket, name="first_task")):
+                await_starts(ctx)
             key0 = b.mul(u32, kb, KEY_BLOCK, mode="lo", name="piece_key0")
             row = b.mad(u32, khalf, chunk, key0, mode="lo", name="piece_row")
             rows = b.min(u32, b.sub(u32, chunk, key0), KEY_BLOCK, name="piece_rows")
             nbytes = b.mul(u32, rows, ctx.p.row_bytes, mode="lo", name="piece_bytes")
             shard = b.mul(u32, chunk, halves, mode="lo", name="shard_rows")
-            nxt = b.rem(u32, b.add(u32, rank, 1), world, name="next_rank")
-            wait(b, flag_address(b, ctx.layouts["arrive"], rank, READY), ctx.launch, sem=Sem.ACQUIRE,
-                 scope=Scope.SYS, deadline=ctx.deadline, flag_id=b.or_("b32", nxt, PEER_FLAG, name="awaited_rank"))
-            b.fence_proxy_async("global")          # the bulk stores into the next rank come after its start
-            src = b.rem(u32, b.sub(u32, b.add(u32, rank, world), b.sub(u32, step, 1)), world, name="src")
-            ring_row = b.mad(u32, b.mad(u32, batch, world, src, mode="lo"), shard, row, mode="lo", name="ring_row")
-            own = b.setp("eq", u32, step, 1, name="own_shard")
-            local_row = b.selp(u32, b.mad(u32, batch, shard, row, mode="lo"), ring_row, own, name="src_row")
-            flag = arrival_index(b, batch, src, khalf, kb, ctx, halves)
+            ring_row = b.mad(u32, b.mad(u32, batch, world, rank, mode="lo"), shard, row, mode="lo", name="ring_row")
+            local_row = b.mad(u32, batch, shard, row, mode="lo", name="src_row")
             relayed = b.carried(u32, 0, name="relayed")     # the lane's chunks through its stages, over K, V, tasks
-            with b.if_then(b.not_("pred", own, name="forwarded")):
-                await_piece(ctx, flag, src, lanes, deadline=ctx.deadline)
             for x, lay in (("k", "kr"), ("v", "vr")):
-                base = b.selp(u64, ctx.p[f"{x}_local"], ctx.layouts[lay].peer(b, rank), own, name=f"{x}_src")
-                src_addr = b.add(u64, base, b.mul(u32, local_row, ctx.p.row_bytes, mode="wide"))
-                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, nxt), b.mul(u32, ring_row, ctx.p.row_bytes,
+                src_addr = b.add(u64, ctx.p[f"{x}_local"], b.mul(u32, local_row, ctx.p.row_bytes, mode="wide"))
+                dst_addr = b.add(u64, ctx.layouts[lay].peer(b, dst), b.mul(u32, ring_row, ctx.p.row_bytes,
                                                                            mode="wide"))
                 relay(ctx, ctx.tid, relayed, dst_addr, src_addr, nbytes)
             publish_async_writes(b)
-            signal(b, flag_address(b, ctx.layouts["arrive"], nxt, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
+            signal(b, flag_address(b, ctx.layouts["arrive"], dst, arrival_index(b, batch, rank, khalf, kb, ctx, halves)),
+                   1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
         """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
         ctx.b.bulk_wait_group(0)
         close_launch(ctx)
 
-    return t.build(**parts, comm_tasks=comm_tasks, communicator=forward, epilogue=epilogue)
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
 
 
 # ------------------------------------------------------------------ host-side models (no GPU)

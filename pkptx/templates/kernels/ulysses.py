@@ -33,15 +33,15 @@ from ...isa import Param, Scope, Sem, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.layout import ParallelLayout
 from ...primitives.p2p import TensorMapTable
-from ...primitives.sync import flag_address, publish_async_writes, signal, signal_all, wait
+from ...primitives.sync import flag_address, publish_async_writes, signal, wait
 from ...primitives.tma import tensor_map_param
 from ..lcsc import WINDOW_SLACK, Buffer, Ring
 from . import attention
 from . import ring_attention
-from .ring_attention import LAUNCHES, PEER_FLAG, PeerPlan, close_launch, communicating, later_deadline, run_diag
+from .ring_attention import (PEER_FLAG, STARTED, PeerPlan, announce_start, await_starts, close_launch, communicating,
+                             later_deadline, run_diag)
 
 ARRIVE, LSE = ParallelLayout("arrive"), ParallelLayout("lse")
-STARTED = LAUNCHES + 1      # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
 MAPS = tuple(TensorMapTable(n) for n in ("qg", "kg", "vg", "o"))
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in ("q", "k", "v", "qs", "ks", "vs")) + (
     Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
@@ -142,15 +142,9 @@ class UlyssesTask(attention.Task):
 
 
 def build(cfg: Config = Config()):
-    def announce(ctx):
-        """To every rank, in its arrive[STARTED + this rank]."""
-        b = ctx.b
-        signal_all(b, ctx.layouts["arrive"], b.add(u32, ctx.rank, STARTED, name="started_flag"), 1, world=ctx.world,
-                   sem=Sem.RELEASE, scope=Scope.SYS, multicast=False)
-
     lanes = push_lanes(cfg.attention)
     lane_bytes = lane_buffer_bytes(cfg.attention)
-    t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce,
+    t, parts = communicating(cfg, UlyssesPlan(cfg), announce=announce_start,
                              params=PARAMS + tuple(Param(f"tmap_{x}g_local", b8, 128, 64) for x in "qkv"),
                              layouts=(ARRIVE, LSE), tensor_maps=MAPS,
                              comm_buffers=(Buffer("push_staging", lanes * lane_bytes, 1024),),
@@ -158,16 +152,6 @@ def build(cfg: Config = Config()):
 
     def comm_tasks(ctx):
         return ctx.b.div(u32, ctx.b.add(u32, ctx.p.pieces, lanes - 1), lanes, name="push_tasks")
-
-    def await_ranks(ctx):
-        """Before its first push, a communicator waits until every other rank's launch has started:
-        a rank that never comes is then named by every rank's communicators first."""
-        b = ctx.b
-        for other in b.range(0, ctx.world, name="rank"):
-            started = flag_address(b, ctx.layouts["arrive"], ctx.rank, b.add(u32, other, STARTED, name="started_flag"))
-            wait(b, started, ctx.launch, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline,
-                 flag_id=b.or_("b32", other, PEER_FLAG, name="awaited_rank"))
-        b.fence_proxy_async("global")              # the TMA stores into peers come after their start
 
     def push(ctx, task):
         """Pieces task·lanes + lane (batch, head group, destination, row block), one per lane thread, each
@@ -189,7 +173,7 @@ def build(cfg: Config = Config()):
             g, batch = b.rem(u32, rest, local_kv, name="piece_group"), b.div(u32, rest, local_kv, name="piece_batch")
             row = b.mul(u32, rb, ctx.p.piece_rows, mode="lo", name="piece_row")
             with b.if_then(b.setp("eq", u32, task, ctx.ticket, name="first_task")):
-                await_ranks(ctx)
+                await_starts(ctx)
             group = ctx.p.group
             q_head = b.mad(u32, dest, ctx.p.local_heads, b.mul(u32, g, group, mode="lo"), mode="lo",
                            name="src_q_head")
