@@ -114,7 +114,7 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     q_blocks = -(-chunk // cfg.attention.rows)
     return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
-                pieces=batch * cfg.halves * k_blocks, flags=ring_kernel.STARTED + world_size + batch * world_size * cfg.halves * k_blocks,
+                pieces=batch * cfg.halves * k_blocks, flags=1 + world_size + batch * world_size * cfg.halves * k_blocks,
                 row_bytes=kv_heads * dim * 2,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,
@@ -144,7 +144,7 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
                 local_heads=heads // world_size, local_kv_heads=local_kv, q_blocks=q_blocks,
                 tasks=batch * (heads // world_size) * world_size * q_blocks, piece_rows=rows, row_pieces=row_pieces,
                 pieces=batch * local_kv * (world_size - 1) * row_pieces, piece_bytes=rows * dim * 2 * (group + 2),
-                flags=ring_kernel.STARTED + world_size + batch * world_size * local_kv,
+                flags=1 + world_size + batch * world_size * local_kv,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
                     4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),

@@ -5,11 +5,7 @@ A kernel author supplies up to four role functions, each called once per task wi
 and the shared-memory layout; the template emits the rest: parameters (world, deadline, PGLs, tensor
 maps, the runtime ``num_comm_sms``), shared-memory carving and mbarrier setup, the split of blocks into
 compute workers and communicators, the warpgroup specialisation with register rebalancing, and the
-task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models), or, with a
-task queue, tasks taken one by one from a counter in device memory (:meth:`Template._queue_walk`), so
-a compute block that starts late (its SM held by other work, or an SM share that a shared GPU cannot
-give in full) takes only what is left instead of its fixed share, which the whole launch would then
-wait for.
+task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models).
 
 Blocks take their role from their launch ticket (:mod:`.progress`), so the grid may be larger than what
 is resident: communicators that wait on compute blocks take the last tickets (the default), and
@@ -22,8 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Kernel, Param, Params, Reg, Scope, Sem, address, b32, u32
-from ..primitives import Pipeline, StageRing
+from ..isa import Builder, Kernel, Param, Params, Reg, b32, u32
+from ..primitives import StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
@@ -32,7 +28,6 @@ from .progress import FLAGS, take_ticket
 WARPGROUP = 128
 REGISTER_FILE = 65536       # 32-bit registers per SM (and the most one block may hold)
 WINDOW_SLACK = 1024
-TASK_SLOTS = 2              # task numbers in flight from the loader lane to the consumers (task queue)
 Role = Callable[["Ctx", Reg], None]
 
 
@@ -105,7 +100,6 @@ class Template:
     comm_threads: int | None = None      # threads per block when there is no compute side
     comm_first: bool = False             # communicators take the first tickets (they never wait)
     progress: bool = True                # roles from launch tickets (off only where no block ever waits)
-    task_queue: bool = False             # compute tasks from a counter (build's ``queue``), not by stride
 
     @property
     def dynamic_smem(self) -> int:
@@ -128,13 +122,6 @@ class Template:
     def all_layouts(self) -> tuple[ParallelLayout, ...]:
         """The kernel's PGLs and the progress flags every launch counts on."""
         return self.layouts + ((FLAGS,) if self.progress and FLAGS not in self.layouts else ())
-
-    @property
-    def all_rings(self) -> tuple[Ring, ...]:
-        """The kernel's mbarrier rings, and with a task queue the two that hand task numbers on."""
-        if not self.task_queue:
-            return self.rings
-        return self.rings + (Ring("task_full", TASK_SLOTS, 1), Ring("task_empty", TASK_SLOTS, 4 * self.consumers))
 
     @property
     def threads(self) -> int:
@@ -166,16 +153,11 @@ class Template:
               consumer: Role | None = None, storer: Role | None = None,
               comm_tasks: Callable[[Ctx], object] | None = None, communicator: Role | None = None,
               rank_major_comm: bool = False, prologue: Callable[[Ctx], None] | None = None,
-              epilogue: Callable[[Ctx], None] | None = None, queue: Callable[[Ctx], Reg] | None = None) -> Kernel:
-        """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``; a
-        template with ``task_queue`` needs ``queue``: the global address of a u32 counter that is 0 when
-        the launch starts (the kernel's epilogue leaves it at 0 again, e.g. through
-        :func:`.progress.close_barrier`'s ``leave``)."""
+              epilogue: Callable[[Ctx], None] | None = None) -> Kernel:
+        """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``."""
         has_compute = any((loader, consumer, storer))
         if has_compute and num_tasks is None:
             raise PTXBuildError(f"{self.name}: compute roles need num_tasks")
-        if self.task_queue and (queue is None or storer is not None or loader is None or consumer is None):
-            raise PTXBuildError(f"{self.name}: a task queue needs queue=, a loader and a consumer (and no storer)")
         if communicator is not None and comm_tasks is None:
             raise PTXBuildError(f"{self.name}: a communicator needs comm_tasks")
         if has_compute and self.comm_threads:
@@ -204,9 +186,7 @@ class Template:
                         stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
                     self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
             with compute_arm:
-                if self.task_queue:
-                    self._queue_walk(ctx, queue(ctx), num_tasks(ctx), loader, consumer)
-                elif has_compute:
+                if has_compute:
                     self._compute(ctx, compute_worker, workers, num_tasks(ctx), loader, consumer, storer)
         b.bar_sync(0)
         if epilogue:
@@ -236,18 +216,16 @@ class Template:
                         raise PTXBuildError(f"{self.name}: shared buffer {buf.name!r} is declared twice")
                     smem[buf.name] = b.add(u32, window, start, name=buf.name)
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
-                 for r in self.all_rings}
-        if self.task_queue:
-            smem["task_ids"] = b.mov(u32, k.shared("task_ids", 4 * TASK_SLOTS, 16), name="task_ids")
+                 for r in self.rings}
         tid = b.special("tid.x")
         if self.progress:
             ticket, launch_base, rounds_base = take_ticket(b, k, rank, layouts[FLAGS.name], tid)
             epoch = b.add(u32, rounds_base, 1, name="epoch")
         else:
             ticket, launch_base, rounds_base, epoch = b.special("ctaid.x"), None, None, None
-        if self.all_rings:
+        if self.rings:
             leader = b.setp("eq", u32, tid, 0, name="ring_leader")
-            for spec, ring in zip(self.all_rings, rings.values()):
+            for spec, ring in zip(self.rings, rings.values()):
                 ring.init(b, spec.arrivals, leader=leader)
             b.bar_sync(0)
         return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid, ticket, launch_base, rounds_base,
@@ -263,50 +241,6 @@ class Template:
             lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
             role(sub, task)
             b.add(u32, task, stride, into=task)
-
-    def _queue_walk(self, ctx: Ctx, queue, num_tasks, loader: Role, consumer: Role) -> None:
-        """Compute tasks from the counter at ``queue``: lane 0 of the loader warp takes the next number
-        (``atom.relaxed.gpu.add``), hands it to the consumers through a slot of ``task_ids`` (``st.shared``,
-        then ``mbarrier.arrive`` on the slot's full barrier: release at CTA scope) and runs its role on
-        it; the consumer warpgroups wait for the slot (acquire), read the number, free the slot (one
-        arrival a warp) and run theirs. A number at or past ``num_tasks`` ends both walks. The loader's
-        other lanes take no part. Consumers' waits are abandoned, not exited, on expiry (an ``exit``
-        among wgmma serialises them; the host's timeout error voids the results)."""
-        b = ctx.b
-        full, empty = ctx.rings["task_full"], ctx.rings["task_empty"]
-        warpgroup = b.shr(u32, ctx.tid, 7, name="warpgroup")
-        with b.if_else(b.setp("eq", u32, warpgroup, 0, name="is_producer"), uniform=True) as (producer_arm, consumer_arm):
-            with producer_arm:
-                if self.rebalance:
-                    b.setmaxnreg("dec", self.producer_regs)
-                with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="queue_lane")):
-                    pipe = Pipeline((full,), empty, uses=b.mov(u32, 0, name="handed"))
-                    sub = replace(ctx, role_tid=b.mov(u32, 0, name="loader_lane"), role_threads=1)
-                    with b.loop("queued_tasks") as lp:
-                        task = b.atom("add", u32, address(queue), 1, sem=Sem.RELAXED, scope=Scope.GPU, space="global",
-                                      name="task")
-                        slot = pipe.acquire(b, deadline=ctx.deadline, name="wait_task_slot")
-                        b.st(u32, address(b.mad(u32, slot.stage, 4, ctx.smem["task_ids"], mode="lo")), task,
-                             space="shared")
-                        b.mbarrier_arrive(full.bar(b, slot.stage))
-                        pipe.advance(b)
-                        lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
-                        loader(sub, task)
-            with consumer_arm:
-                if self.rebalance:
-                    b.setmaxnreg("inc", self.consumer_budget)
-                role_tid = b.sub(u32, ctx.tid, WARPGROUP, name="consumer_tid")
-                sub = replace(ctx, role_tid=role_tid, role_threads=WARPGROUP * self.consumers)
-                warp_leader = b.setp("eq", u32, b.and_(b32, ctx.tid, 31), 0, name="warp_leader")
-                pipe = Pipeline((full,), empty, uses=b.mov(u32, 0, name="taken"))
-                with b.loop("queued_tasks") as lp:
-                    slot = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_task")
-                    task = b.ld(u32, address(b.mad(u32, slot.stage, 4, ctx.smem["task_ids"], mode="lo")),
-                                space="shared", name="task")
-                    pipe.release(b, slot, pred=warp_leader)
-                    pipe.advance(b)
-                    lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
-                    consumer(sub, task)
 
     def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer) -> None:
         b = ctx.b

@@ -51,8 +51,7 @@ from . import attention
 
 KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
 LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
-QUEUE = 1                 # arrive[1]: compute tasks taken in this launch (the template's task queue)
-STARTED = 2               # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
+STARTED = 1               # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per piece (and per arrival flag)
 RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
@@ -175,6 +174,8 @@ class RingPlan(PeerPlan):
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
+        if self.cfg.causal:
+            task = attention.zigzag(ctx, task)
         q_blocks, heads, chunk = ctx.p.q_blocks, ctx.p.heads, ctx.p.chunk
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
@@ -227,22 +228,15 @@ def launches_word(ctx):
     return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, LAUNCHES)
 
 
-def queue_word(ctx):
-    """arrive[QUEUE] on this rank: the compute tasks' counter (:meth:`..lcsc.Template._queue_walk`)."""
-    return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, QUEUE)
-
-
 def close_launch(ctx) -> None:
     """The rank barrier that ends the launch (:mod:`..progress`), leaving this launch's number as the
-    count of launches done on this rank and the task queue at 0 for the next launch."""
-    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),
-                                                  (queue_word(ctx), ctx.b.mov(u32, 0, name="queue_reset"))))
+    count of launches done on this rank."""
+    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),))
 
 
 def communicating(cfg, plan, *, announce, **template):
     """Attention's template and roles for a kernel whose communicators take the first tickets (compute
-    blocks wait on them; they never wait on compute blocks) and whose compute blocks take their tasks
-    from the queue at :func:`queue_word` (``build(queue=queue_word)``): the prologue also reads this launch's
+    blocks wait on them; they never wait on compute blocks): the prologue also reads this launch's
     number (``ctx.launch``, from :func:`launches_word`; the epilogue must end with :func:`close_launch`)
     and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
     base = attention.template(cfg.attention)
@@ -336,7 +330,7 @@ def build(cfg: Config = Config()):
         ctx.b.bulk_wait_group(0)
         close_launch(ctx)
 
-    return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue, queue=queue_word)
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
 
 
 # ------------------------------------------------------------------ host-side models (no GPU)

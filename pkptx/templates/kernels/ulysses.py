@@ -39,7 +39,7 @@ from ..lcsc import WINDOW_SLACK, Buffer, Ring
 from . import attention
 from . import ring_attention
 from .ring_attention import (PEER_FLAG, STARTED, PeerPlan, announce_start, await_starts, close_launch, communicating,
-                             later_deadline, queue_word, run_diag)
+                             later_deadline, run_diag)
 
 ARRIVE, LSE = ParallelLayout("arrive"), ParallelLayout("lse")
 MAPS = tuple(TensorMapTable(n) for n in ("qg", "kg", "vg", "o"))
@@ -78,6 +78,8 @@ class UlyssesPlan(PeerPlan):
 
     def task(self, ctx, task) -> attention.Task:
         b, world, rank = ctx.b, ctx.world, ctx.rank
+        if self.cfg.causal:
+            task = attention.zigzag(ctx, task)
         q_blocks, local_heads, seq = ctx.p.q_blocks, ctx.p.local_heads, ctx.p.seq
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
@@ -201,7 +203,7 @@ def build(cfg: Config = Config()):
         ctx.b.bar_sync(0)
         close_launch(ctx)
 
-    return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue, queue=queue_word)
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=push, epilogue=epilogue)
 
 
 def lane_buffer_bytes(cfg: attention.Config) -> int:
