@@ -44,9 +44,10 @@ from .plan import Kept, buffer_key, heap_state, run_kept
 
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
 MIN_COMM_SMS = 8              # communicators at least (a quarter of the SMs at most): auto_comm_sms
-SM_PUSH = 6e9                 # bytes/s one communicator block moves beside a running attention (ring relay or
+SM_PUSH = 6e9                 # bytes/s one communicator block moves beside a running attention (ring or
                               # Ulysses pieces): H200, MPS, 2 and 4 ranks, 8 communicators (bench/RESULTS.md
-                              # 2026-12-04; a block alone copies ~40 GB/s, probe/push_probe.py)
+                              # 2026-12-04; a block alone pushes ~40 GB/s, into a peer as locally:
+                              # probe/push_probe.py, probe/peer_push_probe.py)
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
@@ -84,8 +85,8 @@ def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: flo
     attention's time on this context's SMs (at SM_FLOPS each, ``push`` bytes/s a communicator), at least
     MIN_COMM_SMS and at most a quarter of the SMs. Every task of the first wave needs the peers' data
     long before the attention's end, so too few leave compute blocks waiting (8 communicators beat the
-    2-4 that the pushes' volume alone asks for, at every measured shape); each one more takes an SM from
-    the attention for the whole launch."""
+    2-4 that the pushes' volume alone asks for, at every measured shape: with 2-4 the launch took about
+    twice the attention); each one more takes an SM from the attention for the whole launch."""
     sms = sm_count or 132
     compute_s = flops / (sms * SM_FLOPS)
     budget = compute_s * push              # bytes one communicator moves in the attention's time
