@@ -3,12 +3,12 @@
 
 Each rank copies ``PEER_PROBE_BYTES`` per block from a local buffer into a symmetric buffer, either its
 own copy (local) or the next rank's (peer), with the kernels of ``push_probe.py``: bulk bounce lanes
-(``cp.async.bulk`` global -> shared -> global, the ring relay's path), the pipelined one-thread bulk
-stream, register copies (``ld.global.v4`` / ``st.global``, every thread; all_gather's path), and TMA
-tensor boxes (64 x 64 bf16, 128-byte swizzle, 8 boxes = 64 KiB a step: TMA-loaded, waited, TMA-stored
-through a map passed by value or read from a table in global memory, then ``cp.async.bulk.wait_group
-0`` before the next step: the claimed pushes' path). Rank 0 prints GB/s per rank and per block (bytes it copied / its time, median of
-CUDA events; the ranks start each variant together). Not a test."""
+(``cp.async.bulk`` global -> shared -> global), the pipelined one-thread bulk stream (the ring
+communicators' path), register copies (``ld.global.v4`` / ``st.global``, every thread; all_gather's
+path), and TMA tensor boxes (64 x 64 bf16, 128-byte swizzle, 8 boxes = 64 KiB a step: TMA-loaded,
+waited, TMA-stored through a map passed by value or read from a table in global memory, then
+``cp.async.bulk.wait_group 0``; Ulysses' path). Rank 0 prints GB/s per rank and per block (bytes it
+copied / its time, median of CUDA events; the ranks start each variant together). Not a test."""
 import os
 import sys
 
@@ -84,7 +84,8 @@ def main():
                "registers 384t x4": (Loaded.load(register_block_copy(384, 4).compile(), dev), 384, 0)}
     rows_total = most * PER_BLOCK // (BOX * 2)
     src_map = TensorMap.tiled(src.ptr, "bfloat16", (rows_total, BOX), box=(BOX, BOX), swizzle=128)
-    dst_maps = [TensorMap.tiled(ptr, "bfloat16", (rows_total, BOX), box=(BOX, BOX), swizzle=128) for ptr in dst.peer_ptrs]
+    dst_maps = [TensorMap.tiled(ptr, "bfloat16", (rows_total, BOX), box=(BOX, BOX), swizzle=128)
+                for ptr in dst.peer_ptrs]
     tables = [from_numpy(np.frombuffer(m.data, np.uint8).copy()) for m in dst_maps]
     by_value, by_table = (Loaded.load(tensor_boxes(t).compile(), dev) for t in (False, True))
     smem_boxes = BOXES * BOX * BOX * 2 + 1024

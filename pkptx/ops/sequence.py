@@ -8,7 +8,8 @@ full sequence cut into 2·world chunks; :func:`pkptx.templates.kernels.ring_atte
 even. Ulysses: the shards are contiguous (rank r holds rows r·S..), heads are split over the ranks.
 
 Each launch has ``num_comm_sms`` communicator blocks (none at world 1; None: chosen from the shapes by
-:func:`auto_comm_sms` and agreed by the ranks; when given, the same on every rank). The receive buffers
+:func:`auto_comm_sms` and agreed by the ranks; when given, as given: no communicator waits on another,
+so ranks may differ). The receive buffers
 live in a symmetric heap: ``heap=`` one of yours, else a private one per world that
 grows (re-made, collectively) when a call needs more. Calls on one rank go on one stream. A rank that
 never calls makes the others' kernels give up after the timeout (``timeout=`` seconds, default the
@@ -115,7 +116,8 @@ def check_ring(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_size:
     q_blocks = -(-chunk // cfg.attention.rows)
     return dict(cfg=cfg, batch=batch, seq=seq, heads=heads, kv_heads=kv_heads, dim=dim, chunk=chunk,
                 k_blocks=k_blocks, q_blocks=q_blocks, tasks=batch * heads * cfg.halves * q_blocks,
-                pieces=batch * cfg.halves * k_blocks, flags=1 + world_size + batch * world_size * cfg.halves * k_blocks,
+                pieces=batch * cfg.halves * k_blocks,
+                flags=ring_kernel.STARTED + world_size + batch * world_size * cfg.halves * k_blocks,
                 row_bytes=kv_heads * dim * 2,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * 2 * batch * seq * kv_heads * dim * 2,
@@ -145,7 +147,7 @@ def check_ulysses(q_shape, q_dtype, k_shape, k_dtype, v_shape, v_dtype, world_si
                 local_heads=heads // world_size, local_kv_heads=local_kv, q_blocks=q_blocks,
                 tasks=batch * (heads // world_size) * world_size * q_blocks, piece_rows=rows, row_pieces=row_pieces,
                 pieces=batch * local_kv * (world_size - 1) * row_pieces, piece_bytes=rows * dim * 2 * (group + 2),
-                flags=1 + world_size + batch * world_size * local_kv,
+                flags=ring_kernel.STARTED + world_size + batch * world_size * local_kv,
                 num_comm_sms=0 if world_size == 1 else num_comm_sms or auto_comm_sms(
                     (world_size - 1) * batch * seq * (heads + 2 * kv_heads) * dim * 2 // world_size,
                     4 * batch * heads * (world_size * seq) ** 2 * dim / world_size * (0.5 if causal else 1.0),
@@ -211,9 +213,9 @@ _agreed: dict = {}
 
 
 def _agree_comm_sms(op: str, world, p: dict, asked) -> int:
-    """``num_comm_sms`` the same on every rank (the communicators' piece assignment depends on it): the
-    caller's, or the largest of the ranks' automatic choices (their SM shares may differ), agreed once
-    per shape."""
+    """``num_comm_sms``: the caller's, or the largest of the ranks' automatic choices (their SM shares
+    may differ), agreed once per shape, so no rank pushes slower than its peers' model asks. Correctness
+    does not depend on it (no communicator waits on another)."""
     if asked is not None or world.size == 1:
         return p["num_comm_sms"]
     key = (op, id(world), p["batch"], p["seq"], p["heads"], p["kv_heads"], p["dim"], p["cfg"])

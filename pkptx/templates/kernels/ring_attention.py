@@ -1,5 +1,5 @@
-"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; K/V shards
-travel around the ring while the compute blocks attend to the shards already in hand, and the online
+"""Ring attention in one persistent launch: each rank holds a sequence shard of Q, K and V; every rank's
+K/V shard is pushed to its peers while the compute blocks attend to the shards in hand in ring order, and the online
 softmax simply runs on across shards, so partial results are never merged (no merge pass, no LSE
 round trip).
 
@@ -322,8 +322,8 @@ def build(cfg: Config = Config()):
                                                                            mode="wide"))
                 relay(ctx, ctx.tid, relayed, dst_addr, src_addr, nbytes)
             publish_async_writes(b)
-            signal(b, flag_address(b, ctx.layouts["arrive"], dst, arrival_index(b, batch, rank, khalf, kb, ctx, halves)),
-                   1, sem=Sem.RELEASE, scope=Scope.SYS)
+            flag = arrival_index(b, batch, rank, khalf, kb, ctx, halves)
+            signal(b, flag_address(b, ctx.layouts["arrive"], dst, flag), 1, sem=Sem.RELEASE, scope=Scope.SYS)
 
     def epilogue(ctx):
         """O's stores done, then the rank barrier that leaves the launch counters (:mod:`..progress`)."""
