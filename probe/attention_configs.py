@@ -20,12 +20,13 @@ from pkptx.templates.kernels.attention import Config, build  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128), (4, 16, 8192, 128),
           (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1, pingpong=True),
-                   Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=2, pingpong=True)],
-              128: [Config(head_dim=128, consumers=2), Config(head_dim=128, consumers=2, pingpong=True),
-                    Config(head_dim=128, consumers=2, q_stages=1, pingpong=True),
-                    Config(head_dim=128, consumers=2, rebalance=True),
-                    Config(head_dim=128, consumers=2, pingpong=True, rebalance=True)]}
+CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=8),
+                   Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=2, overlap=True, pingpong=True, rebalance=True,
+                                                           rescale_threshold=8)],
+              128: [Config(head_dim=128, consumers=2), Config(head_dim=128, consumers=2, rescale_threshold=8),
+                    Config(head_dim=128, consumers=2, pingpong=True),
+                    Config(head_dim=128, consumers=3, q_stages=1, rebalance=True),
+                    Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=8)]}
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

@@ -284,7 +284,11 @@ class Kernel:
         info C7504), while the driver's JIT compiles the whole program and keeps it."""
         from ..toolchain import CompiledKernel, assemble
         ptx, origins = self._render()
-        cubin = assemble(ptx, self.target, origins=origins, use_cache=use_cache)
+        # Without setmaxnreg every warpgroup gets the entry cap (64K / .reqntid threads), where the
+        # consumers' accumulators need not fit (C7600): the check assembles without the cap
+        checked = ptx if not self.rebalances else "\n".join(
+            "// " + line if line.startswith((".reqntid", ".minnctapersm")) else line for line in ptx.split("\n"))
+        cubin = assemble(checked, self.target, origins=origins, use_cache=use_cache)
         block = self.req_threads or self.max_threads
         return CompiledKernel(self.name, self.params, ptx, cubin, self.target, block,
                               self.req_threads is not None, self.cluster, self.dynamic_smem, self.ptx_version,

@@ -20,6 +20,8 @@ the pair of accumulators ``8*t + 2*j`` and ``8*t + 2*j + 1`` of S, packed (:func
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..isa import Builder, Reg, Vec, f32, s32, u32
 from ..primitives.wgmma import advance, fragment_coords, smem_desc
 
@@ -85,44 +87,76 @@ def mask_columns(b: Builder, acc, n: int, limits) -> None:
         b.selp(f32, acc[reg], NEG_INF, ok, into=acc[reg])
 
 
-def online_softmax(b: Builder, s_acc, o_acc, *, n: int, d: int, scale_log2: Reg, row_max, row_sum) -> list:
-    """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
-    ``o_acc`` is rescaled by 2^(m_old - m), ``row_max`` (in scaled log2 units) and the lane's partial
-    ``row_sum`` are updated (the sum is completed across the quad only at the end). A row with no
-    unmasked key so far keeps m = -inf and uses 0 in its place, so its P and rescale are 0, not NaN.
-    ``o_acc=None`` leaves O alone (a P·V product may still be accumulating into it): the caller
-    rescales it later with :func:`rescale` and the returned per-row corrections.
+@dataclass(frozen=True)
+class Correction:
+    """What one block of the online softmax asks of O: per row (half) the factor 2^(m_old - m) and,
+    with a threshold, the warp-uniform predicate ``needed`` (None: always rescale)."""
+    factors: list
+    needed: Reg | None = None
 
-    PTX per row: a ``max.f32`` tree, :func:`quad_reduce`, ``mul.f32``/``max.f32`` for m,
+
+def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_sum,
+                   threshold: float = 0.0) -> Correction:
+    """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
+    ``row_max`` (in scaled log2 units) and the lane's partial ``row_sum`` are updated (the sum is
+    completed across the quad only at the end). A row with no unmasked key so far keeps m = -inf and
+    uses 0 in its place, so its P and correction are 0, not NaN. O is left alone (a P·V product may
+    still be accumulating into it): the caller applies the returned :class:`Correction` with :func:`rescale`.
+
+    ``threshold`` > 0 keeps a stale maximum while no row of the warp has grown by more than it (P then
+    stays below 2^threshold, exact in f32 and in P's 16-bit type), so O is rescaled only in the
+    blocks where some row's maximum jumps: the first ones. The result is the same softmax; m used for
+    P and for the sum always agree, and LSE = m + log2(l) holds for any m.
+
+    PTX per row: a ``max.f32`` tree, :func:`quad_reduce`, ``mul.f32``/``max.f32`` for the candidate
+    m, (threshold: ``sub.f32`` and ``setp.gt.f32`` (``.or``) per row, ``vote.sync.any.pred``, ``selp.f32``),
     ``setp.eq.f32``/``selp.f32`` for the -inf guard, ``ex2.approx.ftz.f32`` of ``m_old - m``, then per
-    score ``fma.rn.f32 x, s, c, -m; ex2.approx.ftz.f32 s, x;``, an ``add.f32`` tree, ``fma.rn.f32`` of
-    the sum and ``mul.f32`` of each output accumulator by the correction.
+    score ``fma.rn.f32 x, s, c, -m; ex2.approx.ftz.f32 s, x;``, an ``add.f32`` tree and ``fma.rn.f32``
+    of the sum.
     """
-    corrections = []
+    def candidate(half):
+        """The row's running maximum with this block's (scaled) maximum."""
+        block_max = quad_reduce(b, "max", tree(b, "max", half_regs(s_acc, n, half), name="blk_max"), name="blk_max")
+        return b.max(f32, row_max[half], b.mul(f32, block_max, scale_log2), name="new_max")
+
+    candidates, needed = (None, None), None
+    if threshold > 0:
+        candidates = [candidate(half) for half in (0, 1)]
+        grows = b.setp("gt", f32, b.sub(f32, candidates[0], row_max[0]), threshold, name="max_grows")
+        grows = b.setp("gt", f32, b.sub(f32, candidates[1], row_max[1]), threshold, combine="or", c=grows,
+                       name="max_grows")
+        needed = b.vote("any", grows, name="rescale_needed")
+        candidates = [b.selp(f32, m, old, needed, name="new_max") for m, old in zip(candidates, row_max)]
+    factors = []
     for half in (0, 1):
+        new_max = candidates[half] if threshold > 0 else candidate(half)
         scores = half_regs(s_acc, n, half)
-        block_max = quad_reduce(b, "max", tree(b, "max", scores, name="blk_max"), name="blk_max")
-        new_max = b.max(f32, row_max[half], b.mul(f32, block_max, scale_log2), name="new_max")
         empty = b.setp("eq", f32, new_max, NEG_INF, name="row_empty")
         base = b.selp(f32, 0.0, new_max, empty, name="max_used")
-        correction = b.ex2(f32, b.sub(f32, row_max[half], base), ftz=True, name="corr")
+        factor = b.ex2(f32, b.sub(f32, row_max[half], base), ftz=True, name="corr")
         neg_base = b.neg(f32, base, name="neg_max")
         for s in scores:
             b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), ftz=True, into=s)
         total = tree(b, "add", scores, name="blk_sum")
-        b.fma(f32, row_sum[half], correction, total, rnd="rn", into=row_sum[half])
+        b.fma(f32, row_sum[half], factor, total, rnd="rn", into=row_sum[half])
         b.mov(f32, new_max, into=row_max[half])
-        corrections.append(correction)
-    if o_acc is not None:
-        rescale(b, o_acc, d, corrections)
-    return corrections
+        factors.append(factor)
+    return Correction(factors, needed)
 
 
-def rescale(b: Builder, o_acc, d: int, corrections) -> None:
-    """O's two rows times their corrections. PTX: ``mul.f32 o, o, c;`` per accumulator."""
-    for half in (0, 1):
-        for o in half_regs(o_acc, d, half):
-            b.mul(f32, o, corrections[half], into=o)
+def rescale(b: Builder, o_acc, d: int, correction: Correction) -> None:
+    """O's two rows times their factors, skipped (a warp-uniform branch) when not ``needed``.
+    PTX: ``mul.f32 o, o, c;`` per accumulator."""
+    def scale():
+        for half in (0, 1):
+            for o in half_regs(o_acc, d, half):
+                b.mul(f32, o, correction.factors[half], into=o)
+
+    if correction.needed is None:
+        scale()
+        return
+    with b.if_then(correction.needed, uniform=True):
+        scale()
 
 
 def p_operand_pairs(n: int):

@@ -25,7 +25,8 @@ MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(h
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
 def test_attention_assembles_without_spills(cfg):
     built = kernel.build(cfg)
-    cubin = consumer_budget_log(built) if cfg.rebalance else assemble(built.render(), "sm_90a", use_cache=False)
+    cubin = (consumer_budget_log(built, slack=8 if cfg.consumers == 3 else 0) if cfg.rebalance
+             else assemble(built.render(), "sm_90a", use_cache=False))
     assert cubin.resources.spills == 0 and cubin.resources.stack_bytes == 0, (cfg.name, cubin.resources)
     assert "C75" not in cubin.log, cubin.log       # no serialised wgmma, no ignored setmaxnreg
 
@@ -52,17 +53,21 @@ def test_catalogued():
     assert [k.name for k in kernel.catalog()] == [kernel.build(c).name for c in LAUNCHED]
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_ptx_forms_and_determinism(overlap):
-    cfg = dataclasses.replace(kernel.default_config("bf16", 128), overlap=overlap, rebalance=overlap,
-                              q_stages=1 if overlap else 2, pingpong=not overlap)
+FORMS = [kernel.default_config("bf16", 128), kernel.Config(head_dim=128, pingpong=True),
+         kernel.Config(head_dim=128, q_stages=1, overlap=True, pingpong=True, rebalance=True, rescale_threshold=8)]
+
+
+@pytest.mark.parametrize("cfg", FORMS, ids=str)
+def test_ptx_forms_and_determinism(cfg):
     ptx = kernel.build(cfg).render()
     assert ptx == kernel.build(cfg).render()
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in ptx
     pv = [line for line in ptx.splitlines() if "wgmma.mma_async" in line and ", 1, 1, 1;" in line]
-    copies = 2 if overlap else 1         # the overlapped loop issues the last block's P·V after the loop
+    copies = 2 if cfg.overlap else 1     # the overlapped loop issues the last block's P·V after the loop
     assert len(pv) == copies * cfg.block_k // 16, "one register-A, transposed-B wgmma per 16 keys of P·V"
     assert ("bar.arrive" in ptx) == cfg.pingpong, "the warpgroups' turns are named-barrier arrivals"
+    assert ("setmaxnreg" in ptx) == cfg.rebalance
+    assert ("vote.sync.any.pred" in ptx) == bool(cfg.rescale_threshold), "the threshold's warp-uniform rescale"
     for form in ("ex2.approx.ftz.f32", "shfl.sync.bfly.b32", "cvt.rn.bf16x2.f32",
                  "cp.async.bulk.tensor.4d.shared::cluster.global.tile", "cp.async.bulk.tensor.4d.global.shared::cta"):
         assert form in ptx, form
@@ -71,7 +76,7 @@ def test_ptx_forms_and_determinism(overlap):
 @pytest.mark.parametrize("make", [
     lambda: kernel.Config(head_dim=96), lambda: kernel.Config(dtype="f32"), lambda: kernel.Config(block_k=96),
     lambda: kernel.Config(consumers=4), lambda: kernel.Config(head_dim=128, consumers=3, stages=3),
-    lambda: kernel.Config(consumers=1, pingpong=True), lambda: kernel.Config(overlap=True, pingpong=True),
+    lambda: kernel.Config(consumers=1, pingpong=True), lambda: kernel.Config(rescale_threshold=17),
     lambda: merge.Config(threads=100),
 ])
 def test_bad_configs_are_refused(make):
@@ -214,7 +219,7 @@ def test_merge_host_path(fake_gpu):
         pkptx.attention_merge(oa, la, ob, lb, lse=la)
 
 
-@pytest.mark.parametrize("consumers,expected", [(1, 256), (2, 232), (3, 152)])
+@pytest.mark.parametrize("consumers,expected", [(1, 256), (2, 232), (3, 160)])   # 3: the loader keeps 24
 def test_rebalance_budget_fits_the_register_file(consumers, expected):
     """setmaxnreg.inc waits forever for registers the SM does not have: the budget is derived, and a
     given one that does not fit is refused at build."""

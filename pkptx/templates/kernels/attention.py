@@ -53,6 +53,7 @@ class Config:
     rebalance: bool = False      # setmaxnreg: the loader warpgroup's registers go to the consumers
     overlap: bool = False        # block j's Q·Kᵀ issued before block j-1's P·V (FlashAttention-3's overlap)
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
+    rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -61,9 +62,12 @@ class Config:
                 self.q_stages not in (1, 2):
             raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
                                 f"got {self}")
-        if self.pingpong and (self.overlap or self.consumers < 2):
-            raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups "
-                                f"of the plain loop (overlap=False), got {self}")
+        if self.pingpong and self.consumers < 2:
+            raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
+                                f"got {self}")
+        if self.rescale_threshold not in range(17):
+            raise PTXBuildError(f"attention Config: rescale_threshold in [0, 16] (P stays below 2^threshold), "
+                                f"got {self}")
         if self.smem_bytes > SMEM_LIMIT:
             raise PTXBuildError(f"attention Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
 
@@ -95,7 +99,8 @@ class Config:
     def name(self) -> str:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
-                + ("_p" if self.pingpong else ""))
+                + ("_p" if self.pingpong else "")
+                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -112,7 +117,8 @@ def template(cfg: Config) -> Template:
                          Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024)),
         rings=(Ring("q_full", cfg.q_stages, 1), Ring("q_empty", cfg.q_stages, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
-        consumers=cfg.consumers, rebalance=cfg.rebalance, progress=False)   # no block waits on another
+        consumers=cfg.consumers, rebalance=cfg.rebalance, producer_regs=24 if cfg.consumers == 3 else 40,
+        progress=False)   # no block waits on another
 
 
 @dataclass(frozen=True)
@@ -216,8 +222,9 @@ class Turns:
     warpgroups drift into step and all wait on the same unit, then all run softmax). Warpgroup w takes
     its turn at named barrier ``FIRST + w`` (its 128 threads and the previous warpgroup's 128 arrivals)
     and hands the turn on by arriving at the next one's; the last warpgroup hands the first its first turn
-    in the prologue. Every warpgroup of a block takes the same number of turns (two per K/V block: the
-    block count is the query block's), so the turns stay in step across tasks."""
+    in the prologue. Every warpgroup of a block takes the same number of turns (the block count is the
+    query block's: two per K/V block in the plain loop, one more than the blocks with ``overlap``, whose
+    turn issues block j's Q·Kᵀ and block j-1's P·V together), so the turns stay in step across tasks."""
     mine: object
     after: object
     FIRST = 8                    # past the staging barriers (1 .. consumers)
@@ -324,7 +331,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
         @contextmanager
         def in_turn():
-            """The matrix product issued in the body, in this warpgroup's turn when there are turns."""
+            """The matrix products issued in the body, in this warpgroup's turn when there are turns."""
             if turns is not None:
                 turns.take(b)
             yield
@@ -335,23 +342,28 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             slot = kv_pipe.at(b, it)
             return slot, b.mad(u32, slot.stage, cfg.kv_bytes, ctx.smem[name], mode="lo", name=f"{name}_tile")
 
-        def scores(s_acc, it):
-            """Issue S = Q·Kᵀ for the K block in ring slot ``it`` (committed, not waited)."""
+        def k_ready(it):
+            """Wait for the K block in ring slot ``it``; its tile."""
             slot, k_tile = ring_slot("smem_k", it)
             kv_pipe.wait(b, slot, deadline=deadline, abandon=True, name="wait_k")
-            with in_turn():
-                for db in range(d_boxes):
-                    mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
-                                b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
-                                n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+            return k_tile
 
-        def values(p_regs):
-            """Issue O += P·V for the V block in ring slot ``it``; returns the slot."""
+        def v_ready():
+            """Wait for the V block of the current ring slot; (slot, tile)."""
             slot, v_tile = ring_slot("smem_v", kv_uses)
             kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=1, name="wait_v")
-            with in_turn():
-                pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
-            return slot
+            return slot, v_tile
+
+        def scores(s_acc, k_tile):
+            """Issue S = Q·Kᵀ (committed, not waited)."""
+            for db in range(d_boxes):
+                mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
+                            b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
+                            n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+
+        def values(p_regs, v_tile):
+            """Issue O += P·V (committed, not waited)."""
+            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
 
         def release(slot):
             kv_pipe.release(b, slot, pred=lane0)
@@ -359,8 +371,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
         def run(keys: Keys):
             """The run's K/V blocks, one after the other, or (``overlap``) software-pipelined: block j's
-            Q·Kᵀ is issued before block j-1's P·V and its softmax runs while that product is in flight;
-            O is rescaled only once the product is done (wgmma groups complete in order)."""
+            Q·Kᵀ is issued before block j-1's P·V (in one turn with ``pingpong``) and its softmax runs
+            while that product is in flight; O is rescaled only once the product is done (wgmma groups
+            complete in order)."""
             def key_limit(row):
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
@@ -369,43 +382,55 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
             def softmax(j, s_acc):
                 """Mask block j's scores where it crosses a row's last key, then the online softmax
-                (O left alone: returns the rows' corrections)."""
+                (O left alone: returns the rows' correction)."""
                 key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
                 partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
                 with b.if_then(partial, uniform=True):
                     mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
-                return online_softmax(b, s_acc, None, n=cfg.block_k, d=cfg.head_dim, scale_log2=scale_log2,
-                                      row_max=row_max, row_sum=row_sum)
+                return online_softmax(b, s_acc, n=cfg.block_k, scale_log2=scale_log2, row_max=row_max,
+                                      row_sum=row_sum, threshold=cfg.rescale_threshold)
 
             blocks = kv_blocks(ctx, cfg, first_row, t, keys)
             if not cfg.overlap:
                 for j in b.range(0, blocks, name="kv"):
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                    scores(s_acc, kv_uses)
+                    k_tile = k_ready(kv_uses)
+                    with in_turn():
+                        scores(s_acc, k_tile)
                     b.wgmma_wait_group(0)
                     rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
-                    slot = values(p_operand(b, s_acc, cfg.block_k, cfg.dtype))
+                    p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
+                    slot, v_tile = v_ready()
+                    with in_turn():
+                        values(p_regs, v_tile)
                     b.wgmma_wait_group(0)
                     release(slot)
                 return
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
                 s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                scores(s_acc, kv_uses)
+                k_tile = k_ready(kv_uses)
+                with in_turn():
+                    scores(s_acc, k_tile)
                 b.wgmma_wait_group(0)
                 rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
                 p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
                 for j in b.range(1, blocks, name="kv"):
                     s_next = b.regs(f32, cfg.block_k // 2, name="s")
-                    scores(s_next, b.add(u32, kv_uses, 1, name="it_next"))
-                    slot = values(p_regs)
+                    k_tile = k_ready(b.add(u32, kv_uses, 1, name="it_next"))
+                    slot, v_tile = v_ready()
+                    with in_turn():
+                        scores(s_next, k_tile)
+                        values(p_regs, v_tile)
                     b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
-                    corrections = softmax(j, s_next)
+                    correction = softmax(j, s_next)
                     b.wgmma_wait_group(0)
                     release(slot)
-                    rescale(b, o_acc, cfg.head_dim, corrections)
+                    rescale(b, o_acc, cfg.head_dim, correction)
                     p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
-                slot = values(p_regs)
+                slot, v_tile = v_ready()
+                with in_turn():
+                    values(p_regs, v_tile)
                 b.wgmma_wait_group(0)
                 release(slot)
 
@@ -474,23 +499,23 @@ SHORT_CAUSAL = 2048             # keys at most, for the D=64 causal choice below
 
 
 def default_config(dtype: str, head_dim: int, causal: bool = False, seq_k: int | None = None) -> Config:
-    """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-03): the plain
-    loop, 2 consumer warpgroups at D=128 (168 registers a thread, no spills), taking turns (``pingpong``)
-    without a mask (+3-4 %; with the mask, tasks are short and the turns cost at their ends), and 3 at
-    D=64 (128 registers), or 2 for causal runs of at most SHORT_CAUSAL keys (+20 % at 1024: a third of
-    the work is diagonal blocks, where three warpgroups wait longer on one another). The ``overlap``
-    loop holds S of the next block, O and P at once, so at D=128 it needs setmaxnreg (``rebalance``: 232
-    registers a consumer thread, loaded through the driver's JIT) and one Q buffer; it measured slower
-    at every shape."""
+    """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-04): the plain
+    loop with 3 consumer warpgroups at D=128, their registers taken from the loader warpgroup with
+    setmaxnreg (``rebalance``: 24 for the loader, 160 a consumer thread, no spills; loaded through the
+    driver's JIT) and one Q buffer: 192 query rows a block, 650-670 TFLOP/s without a mask, +5-15 %
+    over 2 warpgroups, which leave the tensor cores idle while both run their softmax. The warpgroups'
+    turns (``pingpong``) and the ``overlap`` loop measured slower at every shape. At D=64 3 warpgroups
+    fit without setmaxnreg (128 registers), or 2 for causal runs of at most SHORT_CAUSAL keys (+20 % at
+    1024: a third of the work is diagonal blocks, where three warpgroups wait longer on one another)."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=2, pingpong=not causal)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1, rebalance=True)
     if causal and seq_k is not None and seq_k <= SHORT_CAUSAL:
         return Config(dtype=dtype, head_dim=head_dim, consumers=2)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
 
 
 LAUNCHED = [(dtype, head_dim, causal, seq_k) for dtype in ("bf16", "f16") for head_dim, causal, seq_k in
-            ((128, False, None), (128, True, None), (64, False, None), (64, True, SHORT_CAUSAL))]
+            ((128, False, None), (64, False, None), (64, True, SHORT_CAUSAL))]   # D=128: one for both masks
 
 
 def catalog():

@@ -1,0 +1,51 @@
+"""The attention kernel's other schedules on the CPU interpreter: FlashAttention-3's ping-pong of the
+software-pipelined loop (block j's Q·Kᵀ and block j-1's P·V issued in one turn) with setmaxnreg, and the
+rescale threshold (O rescaled only when a row's maximum jumps), against float64. Keys grow along the
+sequence so row maxima jump by a few log2 units from block to block: with threshold 2 some blocks rescale
+and some keep the stale maximum; with 8 almost only the first does."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pkptx
+from pkptx.launch import empty, from_numpy
+from pkptx.templates.kernels.attention import Config, reference
+
+from tests.helpers.interpreted import interpreted_driver
+
+CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
+           Config(head_dim=128, overlap=True, pingpong=True, rebalance=True, rescale_threshold=8),
+           Config(head_dim=128, pingpong=True, rescale_threshold=2),
+           Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
+           Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreter():
+    with interpreted_driver() as cu:
+        yield cu
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+def test_schedule_against_float64(cfg, causal, monkeypatch):
+    """3 query blocks of a 300-row tail and 2 heads on 2 blocks (6 tasks: turns across tasks, a masked
+    last block), O and LSE against float64."""
+    from pkptx.ops import attention as op
+    monkeypatch.setattr(op, "grid_size", lambda launchable, tasks: 2)
+    rng = np.random.default_rng()
+    seq, dim = 300, cfg.head_dim
+    growth = np.linspace(0.3, 4.0, seq, dtype=np.float32)[None, :, None, None]
+    q = rng.standard_normal((1, seq, 2, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    k = (rng.standard_normal((1, seq, 2, dim), dtype=np.float32) * growth).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((1, seq, 2, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    out = empty(q.shape, ml_dtypes.bfloat16).fill(np.nan)
+    lse = empty((1, 2, seq), np.float32).fill(np.nan)
+    pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse, config=cfg)
+    pkptx.synchronize()
+    ref, ref_lse = reference(q, k, v, causal=causal)
+    got = out.to_numpy().astype(np.float64)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 1e-2
+    assert np.abs(lse.to_numpy() - ref_lse).max() < 2e-2
