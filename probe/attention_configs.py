@@ -20,13 +20,10 @@ from pkptx.templates.kernels.attention import Config, build  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128), (4, 16, 8192, 128),
           (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=8),
-                   Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=2, overlap=True, pingpong=True, rebalance=True,
-                                                           rescale_threshold=8)],
-              128: [Config(head_dim=128, consumers=2), Config(head_dim=128, consumers=2, rescale_threshold=8),
-                    Config(head_dim=128, consumers=2, pingpong=True),
-                    Config(head_dim=128, consumers=3, q_stages=1, rebalance=True),
-                    Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=8)]}
+CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1, skip_unseen=True),
+                   Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=2, skip_unseen=True)],
+              128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
+                    Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, skip_unseen=True)]}
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():
@@ -42,13 +39,13 @@ for batch, heads, seq, dim in SHAPES:
         flop = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ref = F.scaled_dot_product_attention(*views, is_causal=causal).transpose(1, 2).float()
-            theirs = event_ms(lambda: F.scaled_dot_product_attention(*views, is_causal=causal), stream, repeats=10)
+            theirs = event_ms(lambda: F.scaled_dot_product_attention(*views, is_causal=causal), stream, repeats=20)
         for cfg in CANDIDATES[dim]:
             out.fill_(float("nan"))
             attention(q, k, v, causal=causal, out=out, stream=stream, config=cfg)
             err = ((out.float() - ref).norm() / ref.norm()).item()
             ours = event_ms(lambda: attention(q, k, v, causal=causal, out=out, stream=stream, config=cfg), stream,
-                            repeats=10)
+                            repeats=20)
             print(f"{batch}x{heads}x{seq}x{dim} causal={causal:d} {cfg.name}: err {err:.1e} "
                   f"{flop / ours / 1e9:.0f} TFLOP/s, cuDNN {flop / theirs / 1e9:.0f}, ratio {theirs / ours:.3f}",
                   flush=True)

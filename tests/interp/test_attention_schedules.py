@@ -15,10 +15,13 @@ from pkptx.templates.kernels.attention import Config, reference
 
 from tests.helpers.interpreted import interpreted_driver
 
+HEADS = 4
+
 CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            Config(head_dim=128, overlap=True, pingpong=True, rebalance=True, rescale_threshold=8),
            Config(head_dim=128, pingpong=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
+           Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
            Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2)]
 
 
@@ -31,18 +34,19 @@ def interpreter():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
 def test_schedule_against_float64(cfg, causal, monkeypatch):
-    """3 query blocks of a 300-row tail and 2 heads on 2 blocks (6 tasks: turns across tasks, a masked
-    last block), O and LSE against float64."""
+    """A 300-row tail (2 or 3 query blocks, the last one masked) and 4 heads on 2 blocks: 4 tasks or more a
+    block, so turns run across tasks and every Q buffer is reused (after carrying O out with ``o_in_q``);
+    O and LSE against float64."""
     from pkptx.ops import attention as op
     monkeypatch.setattr(op, "grid_size", lambda launchable, tasks: 2)
     rng = np.random.default_rng()
     seq, dim = 300, cfg.head_dim
     growth = np.linspace(0.3, 4.0, seq, dtype=np.float32)[None, :, None, None]
-    q = rng.standard_normal((1, seq, 2, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
-    k = (rng.standard_normal((1, seq, 2, dim), dtype=np.float32) * growth).astype(ml_dtypes.bfloat16)
-    v = rng.standard_normal((1, seq, 2, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    q = rng.standard_normal((1, seq, HEADS, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    k = (rng.standard_normal((1, seq, HEADS, dim), dtype=np.float32) * growth).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((1, seq, HEADS, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
     out = empty(q.shape, ml_dtypes.bfloat16).fill(np.nan)
-    lse = empty((1, 2, seq), np.float32).fill(np.nan)
+    lse = empty((1, HEADS, seq), np.float32).fill(np.nan)
     pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse, config=cfg)
     pkptx.synchronize()
     ref, ref_lse = reference(q, k, v, causal=causal)

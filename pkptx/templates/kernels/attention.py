@@ -54,6 +54,7 @@ class Config:
     overlap: bool = False        # block j's Q·Kᵀ issued before block j-1's P·V (FlashAttention-3's overlap)
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
+    o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -92,15 +93,15 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        return (self.q_stages * self.q_bytes + 2 * self.stages * self.kv_bytes + self.consumers * self.staging_bytes
-                + 1024)
+        return (self.q_stages * self.q_bytes + 2 * self.stages * self.kv_bytes
+                + (0 if self.o_in_q else self.consumers * self.staging_bytes) + 1024)
 
     @property
     def name(self) -> str:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
-                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else ""))
+                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -113,8 +114,8 @@ def template(cfg: Config) -> Template:
     return Template(
         cfg.name, params=PARAMS,
         dynamic_buffers=(Buffer("smem_q", cfg.q_stages * cfg.q_bytes, 1024), Buffer("smem_k", cfg.stages * cfg.kv_bytes, 1024),
-                         Buffer("smem_v", cfg.stages * cfg.kv_bytes, 1024),
-                         Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024)),
+                         Buffer("smem_v", cfg.stages * cfg.kv_bytes, 1024))
+        + (() if cfg.o_in_q else (Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024),)),
         rings=(Ring("q_full", cfg.q_stages, 1), Ring("q_empty", cfg.q_stages, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
         consumers=cfg.consumers, rebalance=cfg.rebalance, producer_regs=24 if cfg.consumers == 3 else 40,
@@ -137,6 +138,13 @@ class Task:
     o_map: Callable = None   # () -> O's tensor map address (default: tmap_o)
     o_coords: Callable = None    # (column, row) -> coordinates in the O map (default: q_coords)
     lse_ptr: Reg = None      # where LSE goes (default: the lse parameter; 0: nowhere)
+    shift: Callable = None   # block rows -> rows the first query block starts before row 0 (default: none)
+
+    def first_row(self, b, cfg: "Config"):
+        """The query block's first row, ``qb * rows - shift`` (.u32 bits: rows before 0 are padding, which
+        TMA zero-fills and never stores, and no LSE is written for)."""
+        first = b.mul(u32, self.qb, cfg.rows, mode="lo", name="first_row")
+        return first if self.shift is None else b.sub(u32, first, self.shift(cfg.rows), name="first_row")
 
 
 @dataclass(frozen=True)
@@ -179,7 +187,9 @@ class Plan:
 
     def task(self, ctx, task) -> Task:
         """The last query block first: with ``by_query_block`` the tasks of one query block (over every
-        batch and head) are adjacent, else those of one (batch, head); rounds :func:`zigzag`."""
+        batch and head) are adjacent, else those of one (batch, head); rounds :func:`zigzag`. The blocks
+        end at the last row, so a partial block is the first one: with a causal mask the one that sees the
+        fewest keys (at the end, the rows it pads would run the longest task for nothing)."""
         b = ctx.b
         task = zigzag(ctx, task)
         q_blocks, heads = ctx.p.q_blocks, ctx.p.heads
@@ -193,7 +203,8 @@ class Plan:
         seq_q = ctx.p.seq_q
         return Task(batch, head, qb, seq_q, lambda col, row: (col, head, row, batch),
                     lambda row: b.mad(u32, b.mad(u32, batch, heads, head, mode="lo"), seq_q, row, mode="lo",
-                                      name="lse_index"))
+                                      name="lse_index"),
+                    shift=lambda rows: b.sub(u32, b.mul(u32, q_blocks, rows, mode="lo"), seq_q, name="row_shift"))
 
     def keys(self, ctx, t: Task, body: Callable[[Keys], None], *, loader: bool) -> None:
         b = ctx.b
@@ -268,7 +279,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         b = ctx.b
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
             t = plan.task(ctx, task)
-            first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
+            first_row = t.first_row(b, cfg)
             tmap_q = t.q_map() if t.q_map else tensor_map_param(b, "tmap_q")
             q_pipe, kv_pipe = pipelines(ctx)
             q_stage = q_pipe.acquire(b, deadline=ctx.deadline, name="wait_q_free").stage
@@ -311,7 +322,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         wg_tid = b.and_("b32", ctx.role_tid, 127, name="wg_tid")
         frag_row, frag_col = warp_quad(b, wg_tid)
-        first_row = b.mul(u32, t.qb, cfg.rows, mode="lo", name="first_row")
+        first_row = t.first_row(b, cfg)
         wg_row = b.mad(u32, wg, ROWS, first_row, mode="lo", name="wg_row")
         rows = [b.add(u32, b.add(u32, wg_row, frag_row), 8 * h, name="row") for h in (0, 1)]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
@@ -435,16 +446,23 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 release(slot)
 
         plan.keys(ctx, t, run, loader=False)
-        q_pipe.release(b, q_slot, pred=lane0)
-        finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t)
+        if not cfg.o_in_q:
+            q_pipe.release(b, q_slot, pred=lane0)
+            finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t)
+        else:          # the Q tile is free (every Q·Kᵀ is done): O goes out through it, then the slot is free
+            finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t, staging=q_tile)
+            q_pipe.release(b, q_slot, pred=lane0)
         q_pipe.advance(b)
 
     return dict(num_tasks=plan.tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
-def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t: Task) -> None:
+def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t: Task, staging=None) -> None:
     """O / l through the warpgroup's staging buffer to a TMA store (rows past the tensor are clipped), and
-    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null."""
+    LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null.
+    ``staging``: the warpgroup's Q tile instead (``o_in_q``); then the store has read it when this returns
+    (``cp.async.bulk.wait_group.read 0`` by the storing thread, then the warpgroup's named barrier), so the
+    caller may hand the tile to the loader."""
     b = ctx.b
     lse = ctx.p.lse if t.lse_ptr is None else t.lse_ptr
     want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
@@ -465,9 +483,14 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
                  space="global")
     tmap_o = t.o_map() if t.o_map else tensor_map_param(b, "tmap_o")
     o_coords = t.o_coords or t.q_coords
-    staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
+    borrowed = staging is not None
+    if not borrowed:
+        staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
     stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
                        issue=lambda sub, col: store_async(b, tmap_o, o_coords(col, wg_row), sub, commit=False))
+    if borrowed:
+        b.bulk_wait_group(0, read=True, pred=b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="storer"))
+        b.bar_sync(b.add(u32, wg, 1, name="wg_barrier"), 128)
 
 
 def build(cfg: Config = Config()):
@@ -502,13 +525,15 @@ def default_config(dtype: str, head_dim: int, causal: bool = False, seq_k: int |
     """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-04): the plain
     loop with 3 consumer warpgroups at D=128, their registers taken from the loader warpgroup with
     setmaxnreg (``rebalance``: 24 for the loader, 160 a consumer thread, no spills; loaded through the
-    driver's JIT) and one Q buffer: 192 query rows a block, 650-670 TFLOP/s without a mask, +5-15 %
-    over 2 warpgroups, which leave the tensor cores idle while both run their softmax. The warpgroups'
-    turns (``pingpong``) and the ``overlap`` loop measured slower at every shape. At D=64 3 warpgroups
-    fit without setmaxnreg (128 registers), or 2 for causal runs of at most SHORT_CAUSAL keys (+20 % at
-    1024: a third of the work is diagonal blocks, where three warpgroups wait longer on one another)."""
+    driver's JIT), and two Q buffers, which fit because O goes out through the Q tile (``o_in_q``): 192
+    query rows a block, 600-660 TFLOP/s without a mask, +5-15 % over 2 warpgroups (they leave the tensor
+    cores idle while both run their softmax); the second Q buffer adds 0-6 %, most with a causal mask
+    (short tasks). The warpgroups' turns (``pingpong``), the ``overlap`` loop (also with turns) and the
+    rescale threshold measured slower or within noise. At D=64 3 warpgroups fit without setmaxnreg (128
+    registers), or 2 for causal runs of at most SHORT_CAUSAL keys (+20 % at 1024: a third of the work is
+    diagonal blocks, where three warpgroups wait longer on one another)."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1, rebalance=True)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True)
     if causal and seq_k is not None and seq_k <= SHORT_CAUSAL:
         return Config(dtype=dtype, head_dim=head_dim, consumers=2)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
