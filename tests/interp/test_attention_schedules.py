@@ -53,3 +53,28 @@ def test_schedule_against_float64(cfg, causal, monkeypatch):
     got = out.to_numpy().astype(np.float64)
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 1e-2
     assert np.abs(lse.to_numpy() - ref_lse).max() < 2e-2
+
+
+@pytest.mark.parametrize("seq_q, seq_k", [(77, 300), (250, 250), (450, 130)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_partial_block_first(dim, causal, seq_q, seq_k):
+    """The op's own configs: query blocks end at the last row, so the first block starts before row 0
+    (whole padding warpgroups, never stored, no LSE) and a remainder under 64 rows is clipped at the
+    end; S_q != S_k with the causal diagonal bottom-right. O and LSE against float64."""
+    from pkptx.templates.kernels.attention import default_config
+    rng = np.random.default_rng()
+    q = rng.standard_normal((2, seq_q, 2, dim), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((2, seq_k, 1, dim), dtype=np.float32).astype(ml_dtypes.bfloat16) for _ in range(2))
+    out = empty(q.shape, ml_dtypes.bfloat16).fill(np.nan)
+    lse = empty((2, 2, seq_q), np.float32).fill(np.nan)
+    pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse)
+    pkptx.synchronize()
+    assert default_config("bf16", dim, causal, seq_k).rows in (128, 192)
+    ref, ref_lse = reference(q, k, v, causal=causal)
+    got, got_lse = out.to_numpy().astype(np.float64), lse.to_numpy()
+    assert not np.isnan(got).any() and not np.isnan(got_lse).any(), "poison left in O or LSE"
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 1e-2
+    assert (np.isneginf(got_lse) == np.isneginf(ref_lse)).all()
+    finite = np.isfinite(ref_lse)
+    assert np.abs(got_lse[finite] - ref_lse[finite]).max() < 2e-2

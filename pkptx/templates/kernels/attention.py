@@ -138,11 +138,12 @@ class Task:
     o_map: Callable = None   # () -> O's tensor map address (default: tmap_o)
     o_coords: Callable = None    # (column, row) -> coordinates in the O map (default: q_coords)
     lse_ptr: Reg = None      # where LSE goes (default: the lse parameter; 0: nowhere)
-    shift: Callable = None   # block rows -> rows the first query block starts before row 0 (default: none)
+    shift: Callable = None   # block rows -> rows (a multiple of 64) the first query block starts before row 0
 
     def first_row(self, b, cfg: "Config"):
-        """The query block's first row, ``qb * rows - shift`` (.u32 bits: rows before 0 are padding, which
-        TMA zero-fills and never stores, and no LSE is written for)."""
+        """The query block's first row, ``qb * rows - shift`` (.u32 bits). Rows before 0 are padding: whole
+        warpgroups, whose Q TMA zero-fills and whose O is not stored (a TMA store at a negative coordinate
+        is an illegal instruction on the H200), and no LSE is written for them."""
         first = b.mul(u32, self.qb, cfg.rows, mode="lo", name="first_row")
         return first if self.shift is None else b.sub(u32, first, self.shift(cfg.rows), name="first_row")
 
@@ -204,7 +205,8 @@ class Plan:
         return Task(batch, head, qb, seq_q, lambda col, row: (col, head, row, batch),
                     lambda row: b.mad(u32, b.mad(u32, batch, heads, head, mode="lo"), seq_q, row, mode="lo",
                                       name="lse_index"),
-                    shift=lambda rows: b.sub(u32, b.mul(u32, q_blocks, rows, mode="lo"), seq_q, name="row_shift"))
+                    shift=lambda rows: b.and_(b32, b.sub(u32, b.mul(u32, q_blocks, rows, mode="lo"), seq_q),
+                                              -ROWS & 0xFFFFFFFF, name="row_shift"))
 
     def keys(self, ctx, t: Task, body: Callable[[Keys], None], *, loader: bool) -> None:
         b = ctx.b
@@ -486,8 +488,16 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
     borrowed = staging is not None
     if not borrowed:
         staging = b.mad(u32, wg, cfg.staging_bytes, ctx.smem["staging"], mode="lo", name="wg_staging")
-    stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
-                       issue=lambda sub, col: store_async(b, tmap_o, o_coords(col, wg_row), sub, commit=False))
+
+    def store():
+        stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
+                           issue=lambda sub, col: store_async(b, tmap_o, o_coords(col, wg_row), sub, commit=False))
+
+    if t.shift is None:
+        store()
+    else:
+        with b.if_then(b.setp("ge", s32, wg_row, 0, name="wg_rows_stored"), uniform=True):
+            store()
     if borrowed:
         b.bulk_wait_group(0, read=True, pred=b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="storer"))
         b.bar_sync(b.add(u32, wg, 1, name="wg_barrier"), 128)
