@@ -20,10 +20,10 @@ from pkptx.templates.kernels.attention import Config, build  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128), (4, 16, 8192, 128),
           (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3, q_stages=1, skip_unseen=True),
-                   Config(head_dim=64, consumers=2), Config(head_dim=64, consumers=2, skip_unseen=True)],
-              128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
-                    Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, skip_unseen=True)]}
+CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3),
+                   Config(head_dim=64, consumers=3, stages=3), Config(head_dim=64, consumers=2),
+                   Config(head_dim=64, consumers=2, stages=3)],
+              128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True)]}
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

@@ -70,7 +70,7 @@ def test_partial_block_first(dim, causal, seq_q, seq_k):
     lse = empty((2, 2, seq_q), np.float32).fill(np.nan)
     pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse)
     pkptx.synchronize()
-    assert default_config("bf16", dim, causal, seq_k).rows in (128, 192)
+    assert default_config("bf16", dim).rows == 192 and seq_q % 192 not in (0, 64, 128)
     ref, ref_lse = reference(q, k, v, causal=causal)
     got, got_lse = out.to_numpy().astype(np.float64), lse.to_numpy()
     assert not np.isnan(got).any() and not np.isnan(got_lse).any(), "poison left in O or LSE"

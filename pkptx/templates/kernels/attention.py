@@ -528,29 +528,22 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     return out, lse
 
 
-SHORT_CAUSAL = 2048             # keys at most, for the D=64 causal choice below
-
-
-def default_config(dtype: str, head_dim: int, causal: bool = False, seq_k: int | None = None) -> Config:
-    """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-04): the plain
-    loop with 3 consumer warpgroups at D=128, their registers taken from the loader warpgroup with
-    setmaxnreg (``rebalance``: 24 for the loader, 160 a consumer thread, no spills; loaded through the
-    driver's JIT), and two Q buffers, which fit because O goes out through the Q tile (``o_in_q``): 192
-    query rows a block, 600-660 TFLOP/s without a mask, +5-15 % over 2 warpgroups (they leave the tensor
-    cores idle while both run their softmax); the second Q buffer adds 0-6 %, most with a causal mask
-    (short tasks). The warpgroups' turns (``pingpong``), the ``overlap`` loop (also with turns) and the
-    rescale threshold measured slower or within noise. At D=64 3 warpgroups fit without setmaxnreg (128
-    registers), or 2 for causal runs of at most SHORT_CAUSAL keys (+20 % at 1024: a third of the work is
-    diagonal blocks, where three warpgroups wait longer on one another)."""
+def default_config(dtype: str, head_dim: int) -> Config:
+    """The configuration the op launches, for either mask (measured on the H200, bench/RESULTS.md
+    2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
+    so the next task's Q loads while this one runs. At D=128 their registers come from the loader
+    warpgroup with setmaxnreg (``rebalance``: 24 for the loader, 160 a consumer thread, no spills; loaded
+    through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
+    (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
+    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
+    adds 5-14 % at 1-4k keys. The warpgroups' turns (``pingpong``), the ``overlap`` loop (also with
+    turns), a third K/V stage and the rescale threshold measured slower or within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True)
-    if causal and seq_k is not None and seq_k <= SHORT_CAUSAL:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=2)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, q_stages=1)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3)
 
 
-LAUNCHED = [(dtype, head_dim, causal, seq_k) for dtype in ("bf16", "f16") for head_dim, causal, seq_k in
-            ((128, False, None), (64, False, None), (64, True, SHORT_CAUSAL))]   # D=128: one for both masks
+LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]
 
 
 def catalog():
