@@ -118,7 +118,7 @@ def template(cfg: Config) -> Template:
         + (() if cfg.o_in_q else (Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024),)),
         rings=(Ring("q_full", cfg.q_stages, 1), Ring("q_empty", cfg.q_stages, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
-        consumers=cfg.consumers, rebalance=cfg.rebalance, producer_regs=24 if cfg.consumers == 3 else 40,
+        consumers=cfg.consumers, rebalance=cfg.rebalance, producer_regs=32 if cfg.consumers == 3 else 40,
         progress=False)   # no block waits on another
 
 

@@ -383,11 +383,12 @@ def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None
 
 
 def default_config(dtype: str, head_dim: int, causal: bool, kind=Config) -> Config:
-    """The configuration the op launches: attention's, but 2 consumer warpgroups at D=64 too (with 3,
-    the per-run bookkeeping spills at 128 registers a thread), one Q buffer, and the warpgroups' turns
-    (``pingpong``) without a mask at D=128, as attention's."""
-    return kind(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1,
-                                 pingpong=head_dim == 128 and not causal), causal)
+    """The configuration the op launches: attention's at D=128 (3 consumer warpgroups with setmaxnreg, two
+    Q buffers, O out through the Q tile); at D=64 2 consumer warpgroups (with 3, the per-run bookkeeping
+    spills at 128 registers a thread) and one Q buffer."""
+    if head_dim == 128:
+        return kind(attention.default_config(dtype, head_dim), causal)
+    return kind(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1), causal)
 
 
 LAUNCHED = [(dtype, head_dim, causal) for dtype in ("bf16", "f16") for head_dim in (64, 128) for causal in (False, True)]

@@ -183,7 +183,7 @@ def build(cfg: Config = Config()):
             pipe.acquire(b)                               # the lane's last piece has left shared memory
             bar = pipe.commit(b, ctx.p.piece_bytes)
             q_buf = b.mad(u32, lane, lane_bytes, ctx.smem["push_staging"], mode="lo", name="push_buffer")
-            k_buf = b.add(u32, q_buf, cfg.attention.q_bytes // cfg.attention.q_stages, name="push_k")
+            k_buf = b.add(u32, q_buf, cfg.attention.q_bytes, name="push_k")
             boxes = (("q", q_buf, q_head, b.mul(u32, g, group, mode="lo", name="dst_q_head")),
                      ("k", k_buf, kv_head, g), ("v", b.add(u32, k_buf, cfg.attention.kv_bytes, name="push_v"), kv_head, g))
             for x, buf, src_head, _ in boxes:
@@ -209,7 +209,7 @@ def build(cfg: Config = Config()):
 def lane_buffer_bytes(cfg: attention.Config) -> int:
     """Shared memory of one push lane: a piece's Q rows (at most one Q buffer) and its K and V rows (at
     most one K/V stage each), 1024-aligned."""
-    return -(-(cfg.q_bytes // cfg.q_stages + 2 * cfg.kv_bytes) // 1024) * 1024
+    return -(-(cfg.q_bytes + 2 * cfg.kv_bytes) // 1024) * 1024
 
 
 def push_lanes(cfg: attention.Config) -> int:
