@@ -59,7 +59,6 @@ def _host(address: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
 
 
-
 def entry_registers(compiled, kernel) -> int:
     """Registers a thread starts with: nvJitLink's count, or for a kernel loaded from its PTX (setmaxnreg;
     its check assembly has no entry cap) the cap its exact block size sets, as the driver's JIT does."""
@@ -67,6 +66,7 @@ def entry_registers(compiled, kernel) -> int:
     if not compiled.jit or not declared:
         return compiled.resources.registers
     return min(compiled.resources.registers, REGS_PER_SM // int(np.prod(declared)) // 8 * 8)
+
 
 class InterpretedDriver:
     """The ``cu*`` calls pkptx makes, answered from one interpreter Machine (see the module text)."""

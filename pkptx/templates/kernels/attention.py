@@ -2,15 +2,18 @@
 one loader warp TMA-loads Q, K and V into 128-byte-swizzled shared memory on mbarrier rings; each
 consumer warpgroup owns 64 query rows of a block, computes S = Q·Kᵀ with wgmma from shared memory,
 runs the online softmax in registers with exp2 (scale·log2(e) folded in), and accumulates O += P·V with
-P from registers as wgmma's A operand. The products of consecutive K/V blocks overlap: block j's
-Q·Kᵀ is issued before block j-1's P·V, and block j's softmax runs while that P·V is in flight
-(FlashAttention-3's intra-warpgroup overlap). Q has two buffers, so the loader fetches the next task's Q
-while the consumers finish the current one. A persistent grid walks (batch, head, query block) tasks:
-head by head for full attention (blocks of one head run together and share K/V in L2); for causal
-attention query block by query block, the longest first, so the static stride hands every block a mix
-of long and short tasks (head by head, a grid that is a multiple of the query blocks per head would
-give each block tasks of one length). The compute side of the LCSC template; attention_parts holds the layout
-and the softmax.
+P from registers as wgmma's A operand. The launched configuration (:func:`default_config`) has three
+consumer warpgroups that interleave by themselves, two Q buffers (the loader fetches the next task's Q
+while the consumers finish the current one; at D=128 they fit because O leaves through the warpgroup's
+Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
+overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, and a rescale
+threshold. A persistent grid walks (batch, head, query block) tasks: head by head for full attention
+(blocks of one head run together and share K/V in L2); for causal attention query block by query
+block, the longest first, so the static stride hands every block a mix of long and short tasks (head by
+head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
+Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
+warpgroups, before row 0) cost least. The compute side of the LCSC template; attention_parts holds the
+layout and the softmax.
 
 Layout (B, S, H, D), contiguous, bf16 or f16, D 64 or 128. K/V heads divide Q heads (GQA: Q head h
 reads K/V head h // group). Any sequence lengths: the tensor maps are 4-D (D, H, S, B), so TMA
