@@ -3,7 +3,8 @@
 
     ncu --clock-control none -k regex:'^gemm|xmma|nvjet|cutlass' --launch-skip ... python3 probe/gemm_ncu.py
 
-PROBE_SHAPES=MxNxK,... (default 3000x5000x2000,256x8192x8192); outputs are checked against cuBLAS first."""
+PROBE_SHAPES=MxNxK,... (default 3000x5000x2000,256x8192x8192); PROBE_CONFIG=MxN/S[/kK] forces pkptx's
+schedule (tile, stages, K splits); outputs are checked against cuBLAS first."""
 import os
 import sys
 
@@ -12,6 +13,13 @@ import torch  # noqa: E402
 
 import pkptx  # noqa: E402
 from pkptx.launch import Stream  # noqa: E402
+from pkptx.ops.gemm_plan import GemmConfig  # noqa: E402
+
+forced = None
+if os.environ.get("PROBE_CONFIG"):
+    tile, stages, *split = os.environ["PROBE_CONFIG"].split("/")
+    forced = GemmConfig(*(int(v) for v in tile.split("x")), stages=int(stages),
+                        splits=int(split[0][1:]) if split else 1)
 
 stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
 for shape in os.environ.get("PROBE_SHAPES", "3000x5000x2000,256x8192x8192").split(","):
@@ -19,7 +27,7 @@ for shape in os.environ.get("PROBE_SHAPES", "3000x5000x2000,256x8192x8192").spli
     a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     for _ in range(2):
-        pkptx.gemm(a, b, out, stream=stream)
+        pkptx.gemm(a, b, out, stream=stream, config=forced)
     for _ in range(2):
         ref = a @ b.T
     torch.cuda.synchronize()
