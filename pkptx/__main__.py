@@ -29,7 +29,7 @@ def _build(args) -> int:
         ms = (time.perf_counter() - t0) * 1e3
         res = compiled.resources
         ptx_lines = compiled.ptx.count("\n")
-        print(f"{kernel.name:<44} {compiled.arch:<7} {res.registers:>4} {res.shared_bytes:>7} "
+        print(f"{kernel.name:<44} {compiled.arch:<7} {compiled.entry_registers:>4} {res.shared_bytes:>7} "
               f"{res.spills:>5} {ptx_lines:>6} {ms:>9.1f}")
         rows.append(kernel.name)
         if out:

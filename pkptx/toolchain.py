@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -20,6 +21,7 @@ from .errors import AssemblyError
 from .isa.signature import Signature
 
 CACHE_FORMAT = 1
+REGISTER_FILE = 65536       # 32-bit registers per SM (and the most one block may hold)
 _LINE_RE = re.compile(r"line (\d+)")
 
 
@@ -225,6 +227,15 @@ class CompiledKernel:
         return self.cubin.resources
 
     @property
+    def entry_registers(self) -> int:
+        """Registers a thread starts with: nvJitLink's count, or for a ``jit`` kernel (its check assembly
+        has no entry cap) the cap its exact block sets, which the driver's JIT gives it; setmaxnreg then
+        moves them between warpgroups."""
+        if not self.jit or not self.block_exact:
+            return self.resources.registers
+        return min(self.resources.registers, REGISTER_FILE // math.prod(self.block) // 8 * 8)
+
+    @property
     def required_block(self) -> tuple[int, int, int] | None:
         """The exact block shape the kernel assumes (``Kernel(req_threads=...)``, PTX ``.reqntid``), or
         None when any block up to ``block`` will do: a launcher must refuse any other block."""
@@ -244,7 +255,7 @@ class CompiledKernel:
             "dynamic_smem_bytes": self.dynamic_smem,
             "barrier_rounds": self.barrier_rounds,
             "static_smem_bytes": self.resources.shared_bytes,
-            "registers": self.resources.registers,
+            "registers": self.entry_registers,
             "spill_bytes": self.resources.spills,
             "load": "ptx" if self.jit else "cubin",
         }

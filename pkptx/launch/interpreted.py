@@ -59,14 +59,6 @@ def _host(address: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
 
 
-def entry_registers(compiled, kernel) -> int:
-    """Registers a thread starts with: nvJitLink's count, or for a kernel loaded from its PTX (setmaxnreg;
-    its check assembly has no entry cap) the cap its exact block size sets, as the driver's JIT does."""
-    declared = kernel.req_threads
-    if not compiled.jit or not declared:
-        return compiled.resources.registers
-    return min(compiled.resources.registers, REGS_PER_SM // int(np.prod(declared)) // 8 * 8)
-
 
 class InterpretedDriver:
     """The ``cu*`` calls pkptx makes, answered from one interpreter Machine (see the module text)."""
@@ -292,7 +284,7 @@ class InterpretedDriver:
         compiled, kernel = self._functions[int(fn)]
         declared = kernel.req_threads or kernel.max_threads
         values = {"MAX_THREADS_PER_BLOCK": int(np.prod(declared)) if declared else self.limits.max_threads_per_block,
-                  "SHARED_SIZE_BYTES": shared_layout(kernel, 0)[1], "NUM_REGS": entry_registers(compiled, kernel),
+                  "SHARED_SIZE_BYTES": shared_layout(kernel, 0)[1], "NUM_REGS": compiled.entry_registers,
                   "LOCAL_SIZE_BYTES": compiled.resources.stack_bytes}
         name = attribute.name.removeprefix("CU_FUNC_ATTRIBUTE_")
         if name not in values:
@@ -304,7 +296,7 @@ class InterpretedDriver:
         reserved per block) and registers (256 per warp at a time)."""
         compiled, kernel = self._functions[int(fn)]
         warps = -(-int(threads) // 32)
-        regs_per_warp = -(-max(entry_registers(compiled, kernel), 1) * 32 // 256) * 256
+        regs_per_warp = -(-max(compiled.entry_registers, 1) * 32 // 256) * 256
         shared = shared_layout(kernel, 0)[1] + int(smem) + RESERVED_SMEM
         return self._ok, min(BLOCKS_PER_SM, THREADS_PER_SM // (32 * warps), SMEM_PER_SM // shared,
                             REGS_PER_SM // (regs_per_warp * warps))

@@ -23,10 +23,10 @@ from ..primitives import StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
+from ..toolchain import REGISTER_FILE
 from .progress import FLAGS, take_ticket
 
 WARPGROUP = 128
-REGISTER_FILE = 65536       # 32-bit registers per SM (and the most one block may hold)
 WINDOW_SLACK = 1024
 Role = Callable[["Ctx", Reg], None]
 
