@@ -219,7 +219,7 @@ def test_merge_host_path(fake_gpu):
         pkptx.attention_merge(oa, la, ob, lb, lse=la)
 
 
-@pytest.mark.parametrize("consumers,expected", [(1, 256), (2, 232), (3, 160)])   # 3: the loader keeps 24
+@pytest.mark.parametrize("consumers,expected", [(1, 256), (2, 232), (3, 160)])   # 3: the loader keeps 32
 def test_rebalance_budget_fits_the_register_file(consumers, expected):
     """setmaxnreg.inc waits forever for registers the SM does not have: the budget is derived, and a
     given one that does not fit is refused at build."""

@@ -535,7 +535,7 @@ def default_config(dtype: str, head_dim: int) -> Config:
     """The configuration the op launches, for either mask (measured on the H200, bench/RESULTS.md
     2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
     so the next task's Q loads while this one runs. At D=128 their registers come from the loader
-    warpgroup with setmaxnreg (``rebalance``: 24 for the loader, 160 a consumer thread, no spills; loaded
+    warpgroup with setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded
     through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
     idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
