@@ -1,5 +1,6 @@
 """Time candidate attention configs against torch's cuDNN SDPA on a few shapes (H200 tuning aid):
-prints TFLOP/s and cuDNN time / pkptx time per (shape, causal, config); each output is checked first."""
+prints TFLOP/s and cuDNN (and flash) time / pkptx time per (shape, causal, config); each output is checked
+first."""
 import faulthandler
 import os
 import sys
@@ -18,11 +19,11 @@ from pkptx.launch import Device  # noqa: E402
 from pkptx.ops.common import load  # noqa: E402
 from pkptx.templates.kernels.attention import Config, build  # noqa: E402
 
-SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128), (4, 16, 8192, 128),
-          (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3, q_stages=1), Config(head_dim=64, consumers=3),
-                   Config(head_dim=64, consumers=3, stages=3), Config(head_dim=64, consumers=2),
-                   Config(head_dim=64, consumers=2, stages=3)],
+SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128),
+          (4, 16, 8192, 128), (1, 32, 16384, 128)]
+CANDIDATES = {64: [Config(head_dim=64, consumers=3), Config(head_dim=64, consumers=3, rebalance=True),
+                   Config(head_dim=64, consumers=3, rebalance=True, skip_unseen=True),
+                   Config(head_dim=64, consumers=3, skip_unseen=True)],
               128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True)]}
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
@@ -40,6 +41,8 @@ for batch, heads, seq, dim in SHAPES:
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ref = F.scaled_dot_product_attention(*views, is_causal=causal).transpose(1, 2).float()
             theirs = event_ms(lambda: F.scaled_dot_product_attention(*views, is_causal=causal), stream, repeats=20)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            flash = event_ms(lambda: F.scaled_dot_product_attention(*views, is_causal=causal), stream, repeats=20)
         for cfg in CANDIDATES[dim]:
             out.fill_(float("nan"))
             attention(q, k, v, causal=causal, out=out, stream=stream, config=cfg)
@@ -47,5 +50,6 @@ for batch, heads, seq, dim in SHAPES:
             ours = event_ms(lambda: attention(q, k, v, causal=causal, out=out, stream=stream, config=cfg), stream,
                             repeats=20)
             print(f"{batch}x{heads}x{seq}x{dim} causal={causal:d} {cfg.name}: err {err:.1e} "
-                  f"{flop / ours / 1e9:.0f} TFLOP/s, cuDNN {flop / theirs / 1e9:.0f}, ratio {theirs / ours:.3f}",
+                  f"{flop / ours / 1e9:.0f} TFLOP/s, cuDNN {flop / theirs / 1e9:.0f}, ratio {theirs / ours:.3f}, "
+                  f"flash {flop / flash / 1e9:.0f}, ratio {flash / ours:.3f}",
                   flush=True)

@@ -110,8 +110,9 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
 @dataclass
 class KLoop:
     """What the GEMM's prologue makes for its roles (and a kernel that composes them): ``pipe``, the
-    k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp) counted by
-    ``it``; ``k_blocks`` = ceil(K / TILE_K); ``tiles_m``, the tile rows (the parameter, or what the
+    k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp), stepped (stage
+    and phase registers: a compare and two selects per k-block, where a count of uses needs a division
+    by the stage count when it is not a power of two, on the path from one wgmma batch to the next); ``k_blocks`` = ceil(K / TILE_K); ``tiles_m``, the tile rows (the parameter, or what the
     composing kernel's prologue counts)."""
     pipe: Pipeline | None = None
     k_blocks: Reg | None = None
@@ -159,7 +160,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def prologue(ctx):
         b = ctx.b
-        loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"], uses=b.mov(u32, 0, name="it"))
+        loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"]).stepped(b)
         loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
         loop.tiles_m = ctx.p.tiles_m
 
