@@ -26,9 +26,9 @@ from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
 PEAK_PER_SM = 6.35e12         # bf16 FLOP/s of one SM in the K loop of a 128 x 256 tile (fitted: 8192³, 8192²x1024)
-TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (wgmma width, operand reuse)
-    (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.67, (128, 64): 0.4,
-    (64, 256): 0.75, (64, 192): 0.68, (64, 128): 0.5, (64, 64): 0.28,
+TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (wgmma width, operand reuse), refitted
+    (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
+    (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
 }
 DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device

@@ -22,8 +22,7 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            Config(head_dim=128, pingpong=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
-           Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2),
-           Config(head_dim=64, consumers=3, rebalance=True, skip_unseen=True)]
+           Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2)]
 
 
 @pytest.fixture(scope="module", autouse=True)

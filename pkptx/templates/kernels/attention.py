@@ -58,7 +58,6 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
-    skip_unseen: bool = False    # a warpgroup passes by the K/V blocks none of its rows sees (causal, padding rows)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -67,9 +66,6 @@ class Config:
                 self.q_stages not in (1, 2):
             raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
                                 f"got {self}")
-        if self.skip_unseen and (self.overlap or self.pingpong):
-            raise PTXBuildError(f"attention Config: skip_unseen runs the plain loop (a warpgroup's own block "
-                                f"count; overlap and turns keep the warpgroups in step), got {self}")
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
@@ -108,8 +104,7 @@ class Config:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
-                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_u" if self.skip_unseen else ""))
+                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -227,11 +222,10 @@ class Plan:
                   lambda col, key: (col, kv_head, key, t.batch)))
 
 
-def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys, rows: int | None = None):
-    """K/V blocks of a run that ``rows`` query rows from ``first_row`` (default: the query block) need: up
-    to the last row's last visible key, rounded up to blocks."""
+def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
+    """K/V blocks of a run a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
     b = ctx.b
-    end = b.min(u32, b.add(u32, first_row, rows or cfg.rows), t.rows, name="rows_end")
+    end = b.min(u32, b.add(u32, first_row, cfg.rows), t.rows, name="rows_end")
     last = b.max(s32, b.add(s32, end, keys.diag), 0, name="keys_end")
     last = b.min(s32, last, keys.seq_k, name="keys_end")
     return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
@@ -414,11 +408,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
             blocks = kv_blocks(ctx, cfg, first_row, t, keys)
             if not cfg.overlap:
-                seen = blocks
-                if cfg.skip_unseen:       # padding warpgroups (before row 0) see nothing
-                    seen = b.selp(u32, 0, kv_blocks(ctx, cfg, wg_row, t, keys, ROWS),
-                                  b.setp("lt", s32, wg_row, 0, name="padding_wg"), name="seen_blocks")
-                for j in b.range(0, seen, name="kv"):
+                for j in b.range(0, blocks, name="kv"):
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
                     k_tile = k_ready(kv_uses)
                     with in_turn():
@@ -431,10 +421,6 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         values(p_regs, v_tile)
                     b.wgmma_wait_group(0)
                     release(slot)
-                if cfg.skip_unseen:       # blocks the others need: wait for them to land, then free them
-                    for _ in b.range(seen, blocks, name="kv_unseen"):
-                        k_ready(kv_uses)
-                        release(v_ready()[0])
                 return
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
