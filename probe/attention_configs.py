@@ -21,8 +21,7 @@ from pkptx.templates.kernels.attention import Config, build  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128),
           (4, 16, 8192, 128), (1, 32, 16384, 128)]
-CANDIDATES = {64: [Config(head_dim=64, consumers=3), Config(head_dim=64, consumers=3, overlap=True, rebalance=True),
-                   Config(head_dim=64, consumers=3, overlap=True, rebalance=True, stages=3)],
+CANDIDATES = {64: [Config(head_dim=64, consumers=3), Config(head_dim=64, consumers=3, rebalance=True)],
               128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True)]}
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]

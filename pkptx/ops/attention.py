@@ -111,7 +111,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
     batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
         q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *shape_dtype(lse),
         causal=causal, scale=scale)
-    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, causal)
+    cfg = config or kernel.default_config(dtype_name(q.dtype), dim)
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")

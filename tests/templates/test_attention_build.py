@@ -15,7 +15,7 @@ from pkptx.templates.kernels import attention_merge as merge
 from pkptx.toolchain import assemble
 from tests.helpers.assemble import consumer_budget_log
 
-LAUNCHED = list(dict.fromkeys(kernel.default_config(*launched) for launched in kernel.LAUNCHED))
+LAUNCHED = [kernel.default_config(*launched) for launched in kernel.LAUNCHED]
 MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
         kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True),
         kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True),

@@ -5,9 +5,9 @@ runs the online softmax in registers with exp2 (scale·log2(e) folded in), and a
 P from registers as wgmma's A operand. The launched configuration (:func:`default_config`) has three
 consumer warpgroups that interleave by themselves, two Q buffers (the loader fetches the next task's Q
 while the consumers finish the current one; at D=128 they fit because O leaves through the warpgroup's
-Q tile) and, at D=128, setmaxnreg; causal attention at D=64 adds FlashAttention-3's intra-warpgroup
-overlap (block j's Q·Kᵀ issued before block j-1's P·V) on 3 K/V stages. Other options: its ping-pong of
-warpgroups, and a rescale threshold. A persistent grid walks (batch, head, query block) tasks: head by head for full attention
+Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
+overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, and a rescale
+threshold. A persistent grid walks (batch, head, query block) tasks: head by head for full attention
 (blocks of one head run together and share K/V in L2); for causal attention query block by query
 block, the longest first, so the static stride hands every block a mix of long and short tasks (head by
 head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
@@ -531,29 +531,24 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     return out, lse
 
 
-def default_config(dtype: str, head_dim: int, causal: bool = False) -> Config:
-    """The configuration the op launches (measured on the H200, bench/RESULTS.md 2026-12-04): the plain
-    loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers, so the next task's Q loads
-    while this one runs. At D=128, for either mask, their registers come from the loader warpgroup with
-    setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded through the
-    driver's JIT), and the second Q buffer fits because O goes out through the Q tile (``o_in_q``):
-    610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores idle while both
-    run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer adds 5-14 % at 1-4k
-    keys. Causal at D=64 runs FlashAttention-3's ``overlap`` (block j's Q·Kᵀ before block j-1's P·V) on 3
-    K/V stages with setmaxnreg: +3-4 % at 2-4k keys, where the diagonal's partial blocks make the plain
-    loop's warpgroups wait on each other; without a mask it is 5-15 % slower. The warpgroups' turns
-    (``pingpong``), 2 warpgroups with overlap, a third K/V stage in the plain loop, skipping the K/V blocks
-    a warpgroup does not see and the rescale threshold measured slower or within noise."""
+def default_config(dtype: str, head_dim: int) -> Config:
+    """The configuration the op launches, for either mask (measured on the H200, bench/RESULTS.md
+    2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
+    so the next task's Q loads while this one runs. At D=128 their registers come from the loader
+    warpgroup with setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded
+    through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
+    (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
+    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
+    adds 5-14 % at 1-4k keys. The warpgroups' turns (``pingpong``), the ``overlap`` loop (also with
+    turns), a third K/V stage and the rescale threshold measured slower or within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True)
-    if causal:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=3, stages=3, rebalance=True, overlap=True)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3)
 
 
-LAUNCHED = [(dtype, head_dim, causal) for dtype in ("bf16", "f16") for head_dim in (128, 64) for causal in (False, True)]
+LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]
 
 
 def catalog():
-    for cfg in dict.fromkeys(default_config(*launched) for launched in LAUNCHED):   # D=128: one for both masks
-        yield build(cfg)
+    for launched in LAUNCHED:
+        yield build(default_config(*launched))
