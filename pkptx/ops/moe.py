@@ -290,15 +290,21 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
     return _kept(op, heap, world, key, stream, make)
 
 
+def default_comm_sms(blocks: int) -> int:
+    """Pushing blocks of :func:`moe_dispatch_gemm` when the caller names none: a quarter of the ``blocks``
+    the context holds, 1 to 16. Measured under MPS (bench/RESULTS.md 2026-12-04, DeepSeek-V3 and Mixtral
+    shapes): at 4 ranks (32 SMs) 8 beat 4 and 16 at both; at 2 ranks (66 SMs) 16 and 8 beat 4."""
+    return max(1, min(16, blocks // 4))
+
+
 def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, heap: SymmetricHeap, out=None,
-                      w_layout: str = "nk", num_comm_sms: int = 4, stream=None,
+                      w_layout: str = "nk", num_comm_sms: int | None = None, stream=None,
                       timeout_ns: int | None = None, timeout: float | None = None) -> tuple[Dispatch, DeviceArray]:
     """:func:`moe_dispatch` fused with the first expert GEMM: ``out[rows of local expert l] =
     recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
     start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute (each
-    pushing SM keeps ~170 KB of rows in flight; a few suffice where the GEMM dominates, as at the
-    DeepSeek-V3 and Mixtral shapes, and each one taken costs the GEMM one SM; 4 beat 1 and 2 at both, at
-    2 and 4 ranks: bench/RESULTS.md 2026-12-04).
+    pushing SM keeps ~170 KB of rows in flight, and each one taken costs the GEMM one SM). Default
+    (:func:`default_comm_sms`): a quarter of the blocks the context holds, at most 16.
     Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were). A
     repeated call with the same operands and ``out`` launches what the first prepared (``out=None``: a
     new array every call, so nothing is kept)."""
@@ -319,14 +325,15 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
                                sm_count=context_sm_count(device), smem_limit=device.smem_per_block_optin)
         kernel = load(fused_kernel.build, fused_kernel.Config(grouped), device)
         blocks = persistent_grid(kernel)
-        _need(isinstance(num_comm_sms, int) and not isinstance(num_comm_sms, bool) and 1 <= num_comm_sms < blocks,
+        comm = default_comm_sms(blocks) if num_comm_sms is None else num_comm_sms
+        _need(isinstance(comm, int) and not isinstance(comm, bool) and 1 <= comm < blocks,
               f"{op}: num_comm_sms must be in 1..{blocks - 1} (the blocks this context holds at once, less one for "
-              f"the GEMM), got {num_comm_sms!r}")
+              f"the GEMM), got {comm!r}")
         if outa is None:
             outa = empty((r.capacity, n), as_dtype(out_dtype), stream=stream)
         ops, route, d, state = _route(ids, weights, r, heap, ns)
         values, _ = grouped_args(grouped, d.recv, wa, d.offsets, outa, r.capacity, n, k, e)
-        fused = ops.prepare(kernel, ns, num_comm_sms=num_comm_sms, **values, **_push_values(d, xa, state))
+        fused = ops.prepare(kernel, ns, num_comm_sms=comm, **values, **_push_values(d, xa, state))
         return ops, (route, fused), (d, outa)
     key = None if out is None else launch_key(op, (x, topk_ids, topk_weights, w, out),
                                               (num_experts, w_layout, num_comm_sms, timeout_ns, timeout))

@@ -396,3 +396,8 @@ def test_two_builds_of_one_module_and_config_load_apart(monkeypatch):
     route = common.load(moe_dispatch.build_route, moe_dispatch.Config(), device)
     push = common.load(moe_dispatch.build, moe_dispatch.Config(), device)
     assert route.name != push.name and len(loaded) == 2
+
+
+def test_default_comm_sms_is_a_quarter_of_the_blocks_within_1_to_16():
+    from pkptx.ops.moe import default_comm_sms
+    assert [default_comm_sms(b) for b in (2, 4, 8, 32, 66, 132)] == [1, 1, 2, 8, 16, 16]
