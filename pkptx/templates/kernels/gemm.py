@@ -112,8 +112,9 @@ class KLoop:
     """What the GEMM's prologue makes for its roles (and a kernel that composes them): ``pipe``, the
     k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp), stepped (stage
     and phase registers: a compare and two selects per k-block, where a count of uses needs a division
-    by the stage count when it is not a power of two, on the path from one wgmma batch to the next); ``k_blocks`` = ceil(K / TILE_K); ``tiles_m``, the tile rows (the parameter, or what the
-    composing kernel's prologue counts)."""
+    by a stage count that is not a power of two, between one wgmma batch and the next); ``k_blocks`` =
+    ceil(K / TILE_K); ``tiles_m``, the tile rows (the parameter, or what the composing kernel's prologue
+    counts)."""
     pipe: Pipeline | None = None
     k_blocks: Reg | None = None
     tiles_m: Reg | None = None
