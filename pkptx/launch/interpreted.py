@@ -59,7 +59,6 @@ def _host(address: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
 
 
-
 class InterpretedDriver:
     """The ``cu*`` calls pkptx makes, answered from one interpreter Machine (see the module text)."""
 

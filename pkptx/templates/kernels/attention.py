@@ -540,7 +540,8 @@ def default_config(dtype: str, head_dim: int) -> Config:
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
     idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
     adds 5-14 % at 1-4k keys. The warpgroups' turns (``pingpong``), the ``overlap`` loop (also with
-    turns), a third K/V stage and the rescale threshold measured slower or within noise."""
+    turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the rescale threshold and skipping the
+    K/V blocks a warpgroup's rows do not see measured slower or within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3)
