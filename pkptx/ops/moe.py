@@ -196,7 +196,7 @@ class _MoeState:
         heap = ops.heap
         self.recv = heap.alloc((r.capacity, r.hidden), r.dtype)
         self.counts = heap.alloc((r.world, r.num_experts), np.uint32)
-        self.arrivals = heap.alloc((r.blocks,), np.uint32)
+        self.arrivals = heap.alloc((r.blocks + 1,), np.uint32)      # and the fused GEMM's tile counter
         # kept by the heap's ops on its own, so that heap.reset() zeroes it (route counts its launches there)
         self.ready = ops.kept(("moe ready", r), lambda: FlagArray(heap, dispatch_kernel.READY_WORDS))
         self.slots = empty((r.tokens, r.topk), np.int32)

@@ -5,7 +5,8 @@ A kernel author supplies up to four role functions, each called once per task wi
 and the shared-memory layout; the template emits the rest: parameters (world, deadline, PGLs, tensor
 maps, the runtime ``num_comm_sms``), shared-memory carving and mbarrier setup, the split of blocks into
 compute workers and communicators, the warpgroup specialisation with register rebalancing, and the
-task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models).
+task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models; or, with a
+task counter, tasks drawn one at a time as blocks free up, see :meth:`Template.build`).
 
 Blocks take their role from their launch ticket (:mod:`.progress`), so the grid may be larger than what
 is resident: communicators that wait on compute blocks take the last tickets (the default), and
@@ -18,8 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import PTXBuildError
-from ..isa import Builder, Kernel, Param, Params, Reg, b32, u32
-from ..primitives import StageRing
+from ..isa import Builder, Kernel, Param, Params, Reg, Scope, Sem, address, b32, u32
+from ..primitives import Pipeline, StageRing
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
@@ -28,6 +29,8 @@ from .progress import FLAGS, take_ticket
 
 WARPGROUP = 128
 WINDOW_SLACK = 1024
+TASK_STAGES = 2                              # drawn tasks the loader may hold ahead of the consumers
+TASK_FULL, TASK_EMPTY, TASK_SLOTS = "task_full", "task_empty", "task_slots"
 Role = Callable[["Ctx", Reg], None]
 
 
@@ -153,8 +156,18 @@ class Template:
               consumer: Role | None = None, storer: Role | None = None,
               comm_tasks: Callable[[Ctx], object] | None = None, communicator: Role | None = None,
               rank_major_comm: bool = False, prologue: Callable[[Ctx], None] | None = None,
-              epilogue: Callable[[Ctx], None] | None = None) -> Kernel:
-        """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``."""
+              epilogue: Callable[[Ctx], None] | None = None, task_counter: Callable[[Ctx], Reg] | None = None,
+              comm_joins: bool = False) -> Kernel:
+        """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``.
+
+        ``task_counter(ctx)``: the global address of a u32 that is 0 when the launch starts (the caller
+        resets it between launches). Compute tasks are then drawn from it one at a time, in order, by
+        each block's loader as it frees up (``atom.relaxed.gpu.add``: it orders no data, only who does
+        what), and handed to the block's other roles through a ring of :data:`TASK_STAGES` shared slots
+        (:meth:`_draw`), instead of the fixed stride. ``comm_joins`` (with a counter): communicator
+        blocks draw compute tasks too once their own walk is done, so SMs that finish communicating
+        early are not left idle; their buffers are the compute side's again after a ``bar.sync``
+        (communicators must have waited for their bulk copies' reads by the end of their walk)."""
         has_compute = any((loader, consumer, storer))
         if has_compute and num_tasks is None:
             raise PTXBuildError(f"{self.name}: compute roles need num_tasks")
@@ -162,11 +175,20 @@ class Template:
             raise PTXBuildError(f"{self.name}: a communicator needs comm_tasks")
         if has_compute and self.comm_threads:
             raise PTXBuildError(f"{self.name}: comm_threads is for kernels without compute roles")
+        if (task_counter is not None or comm_joins) and (loader is None or not self.progress):
+            raise PTXBuildError(f"{self.name}: drawn tasks need a loader (it draws them) and launch tickets")
+        if comm_joins and task_counter is None:
+            raise PTXBuildError(f"{self.name}: comm_joins needs a task_counter (joined blocks draw tasks)")
+        task_rings, task_buffers = (), ()
+        if task_counter is not None:
+            readers = WARPGROUP * self.consumers + (32 if storer is not None else 0)
+            task_rings = (Ring(TASK_FULL, TASK_STAGES, 1), Ring(TASK_EMPTY, TASK_STAGES, readers))
+            task_buffers = (Buffer(TASK_SLOTS, 4 * TASK_STAGES, 4),)
         # .reqntid, not .maxntid: the roles assume every thread is there, so launchers refuse a smaller block
         k = Kernel(self.name, self.kernel_params(), req_threads=self.threads, min_blocks=1,
                    target="sm_90a" if self.rebalance else None, dynamic_smem=self.dynamic_smem)
         b = k.builder()
-        ctx = self._context(k, b)
+        ctx = replace(self, rings=self.rings + task_rings, buffers=self.buffers + task_buffers)._context(k, b)
         if prologue:
             prologue(ctx)
         block, nblocks, ncomm = ctx.ticket, b.special("nctaid.x"), ctx.p.num_comm_sms
@@ -177,17 +199,28 @@ class Template:
         else:
             is_comm = b.setp("ge", u32, block, workers, name="is_comm")
             comm_worker, compute_worker = b.sub(u32, block, workers, name="comm_worker"), block
-        with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
-            with comm_arm:
-                if communicator is not None:
-                    worker, stride = comm_worker, ncomm
-                    if rank_major_comm:
-                        worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
-                        stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
-                    self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
-            with compute_arm:
-                if has_compute:
-                    self._compute(ctx, compute_worker, workers, num_tasks(ctx), loader, consumer, storer)
+
+        def communicate():
+            if communicator is not None:
+                worker, stride = comm_worker, ncomm
+                if rank_major_comm:
+                    worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
+                    stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
+                self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
+
+        draw = task_counter(ctx) if task_counter is not None else None
+        if comm_joins:
+            with b.if_then(is_comm, uniform=True):
+                communicate()
+                b.bar_sync(0)                # the communicators' buffers are the compute side's from here
+            self._compute(ctx, None, None, num_tasks(ctx), loader, consumer, storer, draw)
+        else:
+            with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
+                with comm_arm:
+                    communicate()
+                with compute_arm:
+                    if has_compute:
+                        self._compute(ctx, compute_worker, workers, num_tasks(ctx), loader, consumer, storer, draw)
         b.bar_sync(0)
         if epilogue:
             epilogue(ctx)
@@ -242,8 +275,57 @@ class Template:
             role(sub, task)
             b.add(u32, task, stride, into=task)
 
-    def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer) -> None:
+    @staticmethod
+    def _draw(ctx: Ctx, counter, num_tasks, role: Role, role_tid, role_threads: int, *, drawer: bool) -> None:
+        """``role(ctx, task)`` for each task this block draws from ``counter``, in a loop that ends at the
+        first draw past ``num_tasks``.
+
+        The drawing warp (the loader's), lane 0: ``atom.relaxed.gpu.global.add.u32 t, [counter], 1;``
+        (``min`` with num_tasks: past the end, the stop mark), a wait for the slot's empty barrier,
+        ``st.shared.u32 [slots + 4*stage], t; mbarrier.arrive.shared::cta.b64 _, [full + 8*stage];``
+        (arrive's default release at CTA scope publishes the slot), ``shfl.sync.idx`` to its warp. Every
+        other walking thread: the wait on the full barrier (acquire at CTA scope), ``ld.shared.u32``,
+        ``mbarrier.arrive`` on the empty one. Their wait gives up at the deadline (as the k-block waits
+        do, so no ``exit`` lands among the wgmma); a slot not filled by then reads as the stop mark, so
+        the loop still ends.
+        """
         b = ctx.b
+        pipe = Pipeline((ctx.rings[TASK_FULL],), ctx.rings[TASK_EMPTY]).stepped(b)
+        slots = ctx.smem[TASK_SLOTS]
+        sub = replace(ctx, role_tid=role_tid, role_threads=role_threads)
+        with b.loop("drawn_tasks") as lp:
+            slot = pipe.at(b)
+            at = address(b.mad(u32, slot.stage, 4, slots, mode="lo", name="task_slot"))
+            task = b.mov(u32, num_tasks, name="drawn_task")
+            if drawer:
+                with b.if_then(b.setp("eq", u32, role_tid, 0, name="task_drawer")):
+                    drawn = b.atom("add", u32, address(counter), 1, sem=Sem.RELAXED, scope=Scope.GPU, space="global",
+                                   name="drawn")
+                    b.min(u32, drawn, num_tasks, into=task)
+                    pipe.acquire(b, deadline=ctx.deadline, name="wait_task_slot")
+                    b.st(u32, at, task, space="shared")
+                    b.mbarrier_arrive(pipe.full_bar(b, slot.stage))
+                b.mov(u32, b.shfl("idx", task, 0, 31, name="task_from_drawer"), into=task)
+            else:
+                pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_task")
+                filled = b.mbarrier_try_wait(pipe.full_bar(b, slot.stage), slot.phase, parity=True, name="task_filled")
+                b.ld(u32, at, space="shared", into=task, pred=filled)
+                pipe.release(b, slot)
+            pipe.advance(b)
+            lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
+            role(sub, task)
+
+    def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer, counter=None) -> None:
+        """The producer warpgroup (loader warp 0, storer warp 1) and the consumers, walking the tasks
+        from ``block`` by ``workers``, or drawing them from ``counter`` (:meth:`_draw`)."""
+        b = ctx.b
+
+        def walk(role, role_tid, role_threads, drawer=False):
+            if counter is None:
+                self._walk(ctx, block, workers, num_tasks, role, role_tid, role_threads)
+            else:
+                self._draw(ctx, counter, num_tasks, role, role_tid, role_threads, drawer=drawer)
+
         warpgroup = b.shr(u32, ctx.tid, 7, name="warpgroup")
         is_producer = b.setp("eq", u32, warpgroup, 0, name="is_producer")
         with b.if_else(is_producer, uniform=True) as (producer_arm, consumer_arm):
@@ -256,10 +338,10 @@ class Template:
                     if role is None:
                         continue
                     with b.if_then(b.setp("eq", u32, warp, index, name="is_role_warp"), uniform=True):
-                        self._walk(ctx, block, workers, num_tasks, role, lane, 32)
+                        walk(role, lane, 32, drawer=index == 0)
             with consumer_arm:
                 if self.rebalance:
                     b.setmaxnreg("inc", self.consumer_budget)
                 if consumer is not None:
                     role_tid = b.sub(u32, ctx.tid, WARPGROUP, name="consumer_tid")
-                    self._walk(ctx, block, workers, num_tasks, consumer, role_tid, WARPGROUP * self.consumers)
+                    walk(consumer, role_tid, WARPGROUP * self.consumers)

@@ -78,7 +78,7 @@ class Layer:
         mach = ranks.world.machine
         self.recv = ranks.symmetric((r.capacity, r.hidden), r.dtype, "recv")
         self.counts = ranks.symmetric((w, r.num_experts), np.uint32, "counts")
-        self.arrivals = ranks.symmetric((r.blocks,), np.uint32, "arrivals")
+        self.arrivals = ranks.symmetric((r.blocks + 1,), np.uint32, "arrivals")     # and the tile counter
         self.ready = ranks.symmetric((moe_dispatch.READY_WORDS,), np.uint32, "ready", fill=0)   # FlagArray: zeroed
         pairs = r.tokens * r.topk
         self.slots = [mach.alloc(4 * pairs, name="slots", rank=d) for d in range(w)]
@@ -156,6 +156,11 @@ class Layer:
                               num_comm_sms=num_comm_sms, layouts=dict(recv=self.recv, arrivals=self.arrivals),
                               **values, **self.push_values(d))
         self.ranks.run()
+        for d in range(self.w):       # each tile drawn once, and each block's last draw past the end
+            sizes = np.diff(np.concatenate([[0], self.lay.offsets[d]]))
+            tiles = int((-(-sizes // grouped.gemm.tile_m)).sum()) * -(-n // grouped.gemm.tile_n)
+            drawn = int(self.arrivals.read(d)[r.blocks])
+            assert drawn == tiles + blocks, f"dispatch_gemm rank {d}: {drawn} draws, want {tiles} tiles + {blocks}"
         return outs, [o.read(BF16, (r.capacity, n)) for o in outs]
 
     def grouped_gemm(self, x_ptrs, x_shape, w2: list[np.ndarray], y) -> None:
@@ -229,7 +234,7 @@ class Layer:
             assert np.isnan(got[rows:].astype(np.float32)).all(), f"{what} rank {d}: a row past the received written"
             blk = np.arange(self.r.blocks)
             want = np.clip(rows - moe_dispatch.BLOCK_ROWS * blk, 0, moe_dispatch.BLOCK_ROWS)
-            got_arrivals = self.arrivals.read(d)
+            got_arrivals = self.arrivals.read(d)[:self.r.blocks]
             assert np.array_equal(got_arrivals, want), f"{what} rank {d}: arrival counters {got_arrivals} != {want}"
         return refs
 

@@ -210,7 +210,7 @@ def test_route_kernel_matches_the_layout_model(case, seed):
     m = Machine(seed=seed)
     shared = {}
     for name, nbytes in (("counts", 4 * world * experts), ("ready", 4 * moe_dispatch.READY_WORDS),
-                         ("arrivals", 4 * blocks), ("flags", 4 * flag_words(world))):
+                         ("arrivals", 4 * (blocks + 1)), ("flags", 4 * flag_words(world))):
         allocs = [m.alloc(nbytes, name=name, rank=r, fill=0xFF if name == "arrivals" else 0) for r in range(world)]
         tables = [m.from_numpy(np.array([a.base for a in allocs], np.uint64), name=f"{name}_peers", rank=r)
                   for r in range(world)]
@@ -242,7 +242,7 @@ def test_route_kernel_matches_the_layout_model(case, seed):
         same = np.diff(keys) == 0
         flat = got.ravel()[sent]
         assert (np.diff(flat)[same & (keys[1:] < experts)] > 0).all(), "one expert's pairs out of slot order"
-        assert (shared["arrivals"][0][r].read(np.uint32) == 0).all(), "arrival counters not reset"
+        assert (shared["arrivals"][0][r].read(np.uint32) == 0).all(), "arrival or tile counters not reset"
 
 
 # --------------------------------------------------------------------------------- dispatch checks

@@ -19,7 +19,8 @@ end row of each local expert, torch's ``offs``), and turns each pair's position 
 row (``slots``). Pairs whose expert id is outside
 ``[0, E)`` get slot -1 and are dropped.
 
-Before it signals, route zeroes this rank's arrival counters (one per 128 received rows). That reset
+Before it signals, route zeroes this rank's arrival counters (one per 128 received rows, ``blocks``
+of them) and the word after them, the fused GEMM's tile counter (:func:`tile_counter`). That reset
 is race-free: a peer adds to them only after acquiring our ready signal, which our release orders
 after the zeroing, and our previous launch's readers of them came earlier on our stream.
 
@@ -155,7 +156,7 @@ def build_route(cfg: Config = Config()):
             b.st(u32, word(hist, e), 0, space="shared")
         b.st(u32, address(ctx.smem["dropped"]), 0, space="shared", pred=b.setp("eq", u32, tid, 0))
         mine = ctx.layouts["arrivals"].peer(b, ctx.rank, name="my_arrivals")
-        for blk in each(ctx.p.blocks):
+        for blk in each(b.add(u32, ctx.p.blocks, 1, name="arrival_words")):
             b.st(u32, global_word(mine, blk), 0, space="global")
         b.bar_sync(0)
         for p in each(ctx.p.pairs):                       # position of each pair in its block
@@ -315,6 +316,14 @@ def build(cfg: Config = Config()):
     t = with_pushers(t, cfg.warps, cfg.chunk)
     return t.build(**push_roles(cfg.warps, cfg.chunk),
                    epilogue=lambda ctx: close_barrier(ctx, 1, multicast=False))
+
+
+def tile_counter(ctx, rows):
+    """The address of this rank's tile counter: the arrivals word after the ``ceil(rows / 128)`` block
+    counters of a ``rows``-row receive buffer, zeroed by route with them."""
+    b = ctx.b
+    blocks = b.shr(u32, b.add(u32, rows, BLOCK_ROWS - 1), BLOCK_ROWS.bit_length() - 1, name="arrival_blocks")
+    return flag_address(b, ctx.layouts["arrivals"], ctx.rank, blocks)
 
 
 def arrival_target(ctx, rows, blk):

@@ -4,8 +4,11 @@ compute blocks run the grouped GEMM over the rows that have arrived.
 
 Roles are fixed by launch ticket (:mod:`..progress`): the first ``num_comm_sms`` tickets are the
 communicators (:func:`moe_dispatch.push_roles`, every warp's lane 0 a TMA pusher, the GEMM's stage
-buffers as their row buffers); they never wait on another block, so the compute blocks, which do,
-wait only on blocks that have started (here, or on a peer). A compute tile waits, on its loader lane
+buffers as their row buffers); they never wait on another block while they push, so the compute
+blocks, which do, wait only on blocks that have started (here, or on a peer). Tiles are drawn in the
+grouped order from a counter (:func:`moe_dispatch.tile_counter`), first expert first as the rows
+arrive, and a communicator that has pushed its rows draws tiles too: its SM computes for the rest of
+the launch rather than idling once the dispatch is done. A compute tile waits, on its loader lane
 before its first load, for the arrival counters of the 128-row blocks its rows touch (acquire,
 bounded, then ``fence.proxy.async.global`` for the TMA reads); rows past its group's end that its
 A box also covers are loaded but never stored, so they need no wait. The total of received rows
@@ -67,7 +70,8 @@ def build(cfg: Config = Config()):
         close_barrier(ctx, 1, multicast=False)
 
     return t.build(**grouped_gemm.roles(cfg.grouped, before_a=await_rows),
-                   **moe_dispatch.push_roles(WARPS, cfg.chunk), epilogue=epilogue)
+                   **moe_dispatch.push_roles(WARPS, cfg.chunk), epilogue=epilogue,
+                   task_counter=lambda ctx: moe_dispatch.tile_counter(ctx, ctx.p.rows), comm_joins=True)
 
 
 def reference(recv: np.ndarray, w_local: np.ndarray, offsets, b_layout: str = "nk") -> np.ndarray:
