@@ -292,8 +292,9 @@ def moe_dispatch(x, topk_ids, topk_weights, world, num_experts: int, *, heap: Sy
 
 def default_comm_sms(blocks: int) -> int:
     """Pushing blocks of :func:`moe_dispatch_gemm` when the caller names none: a quarter of the ``blocks``
-    the context holds, 1 to 16. Measured under MPS (bench/RESULTS.md 2026-12-04, DeepSeek-V3 and Mixtral
-    shapes): at 4 ranks (32 SMs) 8 beat 4 and 16 at both; at 2 ranks (66 SMs) 16 and 8 beat 4."""
+    the context holds, 1 to 16. Since pushers compute once their rows are out, the choice matters little:
+    under MPS (bench/RESULTS.md 2026-12-05, DeepSeek-V3 and Mixtral shapes) 4, 8 and 16 are within 7 % of
+    each other at 2 ranks (66 SMs) and 4 % at 4 ranks (32 SMs)."""
     return max(1, min(16, blocks // 4))
 
 
@@ -302,8 +303,8 @@ def moe_dispatch_gemm(x, topk_ids, topk_weights, w, world, num_experts: int, *, 
                       timeout_ns: int | None = None, timeout: float | None = None) -> tuple[Dispatch, DeviceArray]:
     """:func:`moe_dispatch` fused with the first expert GEMM: ``out[rows of local expert l] =
     recv[rows of l] · w[l]ᵀ`` (w: local experts x N x hidden, or x hidden x N for ``"kn"``), whose tiles
-    start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute (each
-    pushing SM keeps ~170 KB of rows in flight, and each one taken costs the GEMM one SM). Default
+    start as soon as their rows have arrived. ``num_comm_sms`` blocks push rows, the rest compute, and the
+    pushers join them once their rows are out (each pushing SM keeps ~170 KB of rows in flight). Default
     (:func:`default_comm_sms`): a quarter of the blocks the context holds, at most 16.
     Returns (the Dispatch, out: capacity x N; rows past the received ones are left as they were). A
     repeated call with the same operands and ``out`` launches what the first prepared (``out=None``: a
