@@ -138,9 +138,12 @@ def run_ring(w: int, *, shard_len: int, heads: int, kv_heads: int, dim: int, cau
 
 
 def _check_launch_count(arrive, w: int, calls: int) -> None:
-    """Each rank's count of completed launches, which the kernel's last block leaves (device state)."""
+    """Each rank's count of completed launches, which the kernel's last block leaves (device state), and
+    the task counter it leaves at 0 for the next launch."""
     counts = [int(arrive.read(r)[ring_attention.LAUNCHES]) for r in range(w)]
     assert counts == [calls] * w, f"arrive[LAUNCHES] after {calls} launches: {counts}"
+    drawn = [int(arrive.read(r)[ring_attention.TASKS]) for r in range(w)]
+    assert drawn == [0] * w, f"arrive[TASKS] after {calls} launches: {drawn}"
 
 
 PIPELINED = dict(relay_lanes=2, relay_stages=3)                          # 100-row pieces: lane 1 has no chunk

@@ -51,7 +51,8 @@ from . import attention
 
 KR, VR, ARRIVE = ParallelLayout("kr"), ParallelLayout("vr"), ParallelLayout("arrive")
 LAUNCHES = 0              # arrive[0]: launches of this kernel completed on this rank (written only here)
-STARTED = 1               # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
+TASKS = 1                 # arrive[1]: compute tasks drawn in this launch (0 between launches; local)
+STARTED = 2               # arrive[STARTED + i]: rank i's launch has started (it adds 1 per launch)
 PEER_FLAG = 0x50000000    # flag ids of waits on a peer: PEER_FLAG | the rank whose data is awaited
 KEY_BLOCK = 128           # keys per piece (and per arrival flag)
 RELAY_CHUNK = 16 * 1024   # one SM moves 41-42 GB/s in 16 KiB bulk copies with 12 in flight, 23 in 32 KiB ones
@@ -228,17 +229,24 @@ def launches_word(ctx):
     return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, LAUNCHES)
 
 
+def tasks_word(ctx):
+    """arrive[TASKS] on this rank: the counter the launch's blocks draw compute tasks from."""
+    return flag_address(ctx.b, ctx.layouts["arrive"], ctx.rank, TASKS)
+
+
 def close_launch(ctx) -> None:
     """The rank barrier that ends the launch (:mod:`..progress`), leaving this launch's number as the
-    count of launches done on this rank."""
-    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch),))
+    count of launches done on this rank and the task counter at 0 for the next launch."""
+    close_barrier(ctx, 1, multicast=False, leave=((launches_word(ctx), ctx.launch), (tasks_word(ctx), 0)))
 
 
 def communicating(cfg, plan, *, announce, **template):
     """Attention's template and roles for a kernel whose communicators take the first tickets (compute
     blocks wait on them; they never wait on compute blocks): the prologue also reads this launch's
     number (``ctx.launch``, from :func:`launches_word`; the epilogue must end with :func:`close_launch`)
-    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started."""
+    and lets ticket 0's thread 0 ``announce(ctx)`` that this launch has started. Compute tasks are drawn
+    from :func:`tasks_word`, and a communicator that has sent its pieces draws them too (its SM would
+    otherwise idle for the rest of the launch)."""
     base = attention.template(cfg.attention)
     t = dataclasses.replace(base, name=cfg.name, comm_first=True, progress=True,
                             **{k: v(base) if callable(v) else v for k, v in template.items()})
@@ -252,7 +260,7 @@ def communicating(cfg, plan, *, announce, **template):
         with b.if_then(b.setp("eq", u32, b.or_("b32", ctx.ticket, ctx.tid), 0, name="ready_signaller")):
             announce(ctx)
 
-    return t, dict(parts, prologue=prologue)
+    return t, dict(parts, prologue=prologue, task_counter=tasks_word, comm_joins=True)
 
 
 def build(cfg: Config = Config()):
