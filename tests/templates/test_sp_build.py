@@ -83,7 +83,7 @@ def plan(q=(2, 100, 8, 128), k=(2, 100, 2, 128), v=None, world=2, dtypes=(BF, BF
 def test_ring_plan():
     p = plan(world=3, causal=True)
     assert (p["chunk"], p["k_blocks"], p["q_blocks"], p["cfg"].halves) == (50, 1, 1, 2)
-    assert p["tasks"] == 2 * 8 * 2 and p["pieces"] == 2 * 2 and p["flags"] == 1 + 3 + 2 * 3 * 2
+    assert p["tasks"] == 2 * 8 * 2 and p["pieces"] == 2 * 2 and p["flags"] == 2 + 3 + 2 * 3 * 2
     assert plan(world=1)["num_comm_sms"] == 0 and plan(world=4, num_comm_sms=7)["num_comm_sms"] == 7
 
 
@@ -259,7 +259,7 @@ def uplan(q=(2, 100, 8, 128), k=(2, 100, 4, 128), world=2, **kw):
 def test_ulysses_plan():
     p = uplan(causal=True)
     assert (p["local_heads"], p["local_kv_heads"], p["group"], p["piece_rows"], p["row_pieces"]) == (4, 2, 2, 96, 2)   # 192-row blocks / group 2
-    assert p["pieces"] == 2 * 2 * 1 * 2 and p["tasks"] == 2 * 4 * 2 * 1 and p["flags"] == 1 + 2 + 2 * 2 * 2
+    assert p["pieces"] == 2 * 2 * 1 * 2 and p["tasks"] == 2 * 4 * 2 * 1 and p["flags"] == 2 + 2 + 2 * 2 * 2
     assert p["piece_bytes"] == 96 * 128 * 2 * 4
     assert uplan(world=1, k=(2, 100, 1, 128))["pieces"] == 0
 
