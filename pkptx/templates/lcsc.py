@@ -280,40 +280,48 @@ class Template:
         """``role(ctx, task)`` for each task this block draws from ``counter``, in a loop that ends at the
         first draw past ``num_tasks``.
 
-        The drawing warp (the loader's), lane 0: ``atom.relaxed.gpu.global.add.u32 t, [counter], 1;``
-        (``min`` with num_tasks: past the end, the stop mark), a wait for the slot's empty barrier,
-        ``st.shared.u32 [slots + 4*stage], t; mbarrier.arrive.shared::cta.b64 _, [full + 8*stage];``
-        (arrive's default release at CTA scope publishes the slot), ``shfl.sync.idx`` to its warp. Every
-        other walking thread: the wait on the full barrier (acquire at CTA scope), ``ld.shared.u32``,
-        ``mbarrier.arrive`` on the empty one. Their wait gives up at the deadline (as the k-block waits
-        do, so no ``exit`` lands among the wgmma); a slot not filled by then reads as the stop mark, so
-        the loop still ends.
+        The drawer, lane 0 of the loader's warp (its other lanes have no part; a loader's work is its
+        lane 0's, and a lane that exits on a timeout leaves no warp-mate waiting for it):
+        ``atom.relaxed.gpu.global.add.u32 t, [counter], 1;`` (``min`` with num_tasks: past the end, the
+        stop mark), a wait for the slot's empty barrier, ``st.shared.u32 [slots + 4*stage], t;
+        mbarrier.arrive.shared::cta.b64 _, [full + 8*stage];`` (arrive's default release at CTA scope
+        publishes the slot). Every other walking thread: the wait on the full barrier (acquire at CTA
+        scope), ``ld.shared.u32``, ``mbarrier.arrive`` on the empty one. Their wait gives up at the
+        deadline (as the k-block waits do, so no ``exit`` lands among the wgmma); a slot not filled by
+        then (a drawer that timed out) reads as the stop mark, so the loop still ends.
         """
         b = ctx.b
         pipe = Pipeline((ctx.rings[TASK_FULL],), ctx.rings[TASK_EMPTY]).stepped(b)
         slots = ctx.smem[TASK_SLOTS]
         sub = replace(ctx, role_tid=role_tid, role_threads=role_threads)
-        with b.loop("drawn_tasks") as lp:
-            slot = pipe.at(b)
-            at = address(b.mad(u32, slot.stage, 4, slots, mode="lo", name="task_slot"))
-            task = b.mov(u32, num_tasks, name="drawn_task")
-            if drawer:
-                with b.if_then(b.setp("eq", u32, role_tid, 0, name="task_drawer")):
+
+        def loop():
+            with b.loop("drawn_tasks") as lp:
+                slot = pipe.at(b)
+                at = address(b.mad(u32, slot.stage, 4, slots, mode="lo", name="task_slot"))
+                if drawer:
                     drawn = b.atom("add", u32, address(counter), 1, sem=Sem.RELAXED, scope=Scope.GPU, space="global",
                                    name="drawn")
-                    b.min(u32, drawn, num_tasks, into=task)
+                    task = b.min(u32, drawn, num_tasks, name="drawn_task")
                     pipe.acquire(b, deadline=ctx.deadline, name="wait_task_slot")
                     b.st(u32, at, task, space="shared")
                     b.mbarrier_arrive(pipe.full_bar(b, slot.stage))
-                b.mov(u32, b.shfl("idx", task, 0, 31, name="task_from_drawer"), into=task)
-            else:
-                pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_task")
-                filled = b.mbarrier_try_wait(pipe.full_bar(b, slot.stage), slot.phase, parity=True, name="task_filled")
-                b.ld(u32, at, space="shared", into=task, pred=filled)
-                pipe.release(b, slot)
-            pipe.advance(b)
-            lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
-            role(sub, task)
+                else:
+                    task = b.mov(u32, num_tasks, name="drawn_task")
+                    pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_task")
+                    filled = b.mbarrier_try_wait(pipe.full_bar(b, slot.stage), slot.phase, parity=True,
+                                                 name="task_filled")
+                    b.ld(u32, at, space="shared", into=task, pred=filled)
+                    pipe.release(b, slot)
+                pipe.advance(b)
+                lp.break_if(b.setp("ge", u32, task, num_tasks, name="tasks_done"))
+                role(sub, task)
+
+        if not drawer:
+            loop()
+            return
+        with b.if_then(b.setp("eq", u32, role_tid, 0, name="task_drawer")):
+            loop()
 
     def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer, counter=None) -> None:
         """The producer warpgroup (loader warp 0, storer warp 1) and the consumers, walking the tasks
