@@ -13,7 +13,7 @@ from ..isa import Builder, Reg, address, u32
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # the "flag" an expired mbarrier wait reports
 
 
-def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False, name: str = "mbwait") -> None:
+def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False, name: str = "mbwait"):
     """Spin until the barrier's phase with ``parity`` has completed.
 
     PTX::
@@ -32,6 +32,9 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False
     probe, so a wait that succeeds first time costs nothing extra. ``deadline=None`` is an explicit
     opt-out for test kernels whose host bounds the whole launch.
 
+    Returns the last probe's predicate: true once the phase completed, false only when an abandoned
+    wait expired.
+
     ``abandon=True``: on expiry, report and leave the loop rather than ``exit``; the caller goes on
     with whatever the stage holds, and the host's timeout error says the results are void. For waits
     inside a wgmma pipeline: an ``exit`` there makes ptxas serialise every wgmma (info C7518), which
@@ -47,6 +50,7 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False
                 deadline.report(b, MBARRIER_FLAG_ID, parity, 0, then_exit=not abandon)
             if abandon:
                 lp.break_if(late)
+    return done
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import PTXBuildError
 from ..isa import Builder, Kernel, Param, Params, Reg, Scope, Sem, address, b32, u32
-from ..primitives import Pipeline, StageRing
+from ..primitives import Pipeline, StageRing, wait_parity
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
@@ -308,9 +308,8 @@ class Template:
                     b.mbarrier_arrive(pipe.full_bar(b, slot.stage))
                 else:
                     task = b.mov(u32, num_tasks, name="drawn_task")
-                    pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_task")
-                    filled = b.mbarrier_try_wait(pipe.full_bar(b, slot.stage), slot.phase, parity=True,
-                                                 name="task_filled")
+                    filled = wait_parity(b, pipe.full_bar(b, slot.stage), slot.phase, deadline=ctx.deadline,
+                                         abandon=True, name="wait_task")
                     b.ld(u32, at, space="shared", into=task, pred=filled)
                     pipe.release(b, slot)
                 pipe.advance(b)
