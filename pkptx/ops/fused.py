@@ -203,7 +203,7 @@ def ag_gemm(a_shard: SymmetricBuffer, b, world, *, out=None, b_layout: str = "nk
                         **state.layout_args("a", a_shard), **state.layout_args("ready", ready.buffer))
 
     _run_with_flags(state, "ag_gemm", ("ag_gemm", buffer_key(a_shard), cfg, num_comm_sms, ns), stream,
-                    -(-m // cfg.gemm.tile_m), (_ident(b), _ident(out)), launch)
+                    -(-m // cfg.gemm.tile_m) + 1, (_ident(b), _ident(out)), launch)    # and the tile counter
     return out
 
 

@@ -80,7 +80,7 @@ def run_ag_gemm(w: int, tiles_per_rank: int = 1, build=ag_gemm.build):
     shards = inputs(w + 20, w, (rows, k), "bf16")
     _, b = _operands(w + 30, w, m, n, k, "nk")
     a_sym = ranks.symmetric((m, k), DTYPES["bf16"], "a")
-    ready = ranks.symmetric((-(-m // SMALL.tile_m),), np.uint32, "ready", fill=0)
+    ready = ranks.symmetric((-(-m // SMALL.tile_m) + 1,), np.uint32, "ready", fill=0)    # and the tile counter
     mach = ranks.world.machine
     outs = []
     for r in range(w):
@@ -92,6 +92,8 @@ def run_ag_gemm(w: int, tiles_per_rank: int = 1, build=ag_gemm.build):
                      tmap_c=ranks.tensor_map(out.base, DTYPES["bf16"], (m, n), SMALL.c_box),
                      **ranks.gemm_values(SMALL, a_sym.ptr(r), b[r], r, m, n, k))
     ranks.run()
+    left = [int(ready.read(r)[-1]) for r in range(w)]
+    assert left == [0] * w, f"tile counters after the launch: {left}"
     return shards, b, [out.read(DTYPES["bf16"], (m, n)) for out in outs]
 
 

@@ -6,7 +6,9 @@ A·B_rᵀ (or A·B_r). The first ``num_comm_sms`` tickets are communicators (the
 blocks that wait on them may): they push the rank's row blocks to every peer with 1-D bulk copies
 through shared memory and then raise that row block's flag on every peer. Compute blocks start with their own rows and, before loading a peer's row block, wait for its
 flag. A flag holds the epoch of the launch that last raised it (:mod:`..progress`: device state, the
-same on every rank), so it is never reset and a graph replay waits for its own rows.
+same on every rank), so it is never reset and a graph replay waits for its own rows. Tiles are drawn
+from a counter (the word after the flags, left at 0 by the closing barrier), and a communicator that
+has pushed its rows draws tiles too, so its SM computes for the rest of the launch.
 """
 from __future__ import annotations
 
@@ -89,12 +91,18 @@ def build(cfg: Config = Config()):
 
     parts = gemm.roles(g, store=gemm.store_c(g), tile=own_rows_first, before_a=await_rows)
 
+    def tile_counter(ctx):
+        """ready[tiles_m] on this rank: the tiles drawn in this launch."""
+        return flag_address(ctx.b, ctx.layouts["ready"], ctx.rank, ctx.p.tiles_m)
+
     def epilogue(ctx):
         publish_async_writes(ctx.b)                  # this block's C stores are written, before the release
         ctx.b.bar_sync(0)
-        close_barrier(ctx, 1, multicast=False)       # nobody overwrites A rows a peer still reads
+        # nobody overwrites A rows a peer still reads; the tile counter is 0 again for the next launch
+        close_barrier(ctx, 1, multicast=False, leave=((tile_counter(ctx), 0),))
 
-    return t.build(**parts, comm_tasks=comm_tasks, communicator=push_rows, epilogue=epilogue)
+    return t.build(**parts, comm_tasks=comm_tasks, communicator=push_rows, epilogue=epilogue,
+                   task_counter=tile_counter, comm_joins=True)
 
 
 def reference(a_shards, b_local, b_layout: str = "nk") -> np.ndarray:
