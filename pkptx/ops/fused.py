@@ -246,6 +246,6 @@ def gemm_ar(a, b, world, *, out: SymmetricBuffer, b_layout: str = "nk", num_comm
                         **state.layout_args("c", out), **state.layout_args("done", done.buffer))
 
     slots = -(-m // cfg.gemm.tile_m) * -(-n // cfg.gemm.tile_n) * world.size * cfg.gemm.consumers
-    _run_with_flags(state, "gemm_ar", ("gemm_ar", buffer_key(out), cfg, num_comm_sms, ns), stream, slots,
-                    (_ident(a), _ident(b)), launch)
+    _run_with_flags(state, "gemm_ar", ("gemm_ar", buffer_key(out), cfg, num_comm_sms, ns), stream,
+                    slots + 2, (_ident(a), _ident(b)), launch)     # and the two task counters
     return out

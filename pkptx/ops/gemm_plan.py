@@ -163,10 +163,12 @@ COMM_SM_BYTES_PER_S = 50e9
 def all_reduce_comm_sms(m: int, n: int, k: int, out_bytes: int, world: int, sm_count: int,
                         tile: tuple[int, int]) -> int:
     """Communicator SMs for the fused GEMM + all-reduce, from a model of its two overlapped halves:
-    the GEMM on ``sm_count - c`` SMs (:func:`estimate_s`), and the reduction of this rank's 1/world
-    of the tiles (world copies read, world written: 2·M·N·out_bytes) at COMM_SM_BYTES_PER_S per SM,
-    of which the last wave's share cannot start before the GEMM ends. The c of least modelled time;
-    0 at world 1 (nothing to reduce)."""
+    the GEMM on ``sm_count - c`` SMs (:func:`estimate_s`) while the c communicators reduce this rank's
+    1/world of the tiles (world copies read, world written: 2·M·N·out_bytes) at COMM_SM_BYTES_PER_S
+    per SM; what they have not reduced by the GEMM's end, and at least the last wave's share (those
+    tiles are done only then), is reduced by every SM (the compute blocks join the communicators), as
+    fast as HBM allows.
+    The c of least modelled time; 0 at world 1 (nothing to reduce)."""
     if world == 1:
         return 0
     reduce_bytes = 2 * m * n * out_bytes
@@ -175,8 +177,9 @@ def all_reduce_comm_sms(m: int, n: int, k: int, out_bytes: int, world: int, sm_c
 
     def fused_s(c: int) -> float:
         workers = sm_count - c
-        comm_s = reduce_bytes / (c * COMM_SM_BYTES_PER_S)
+        gemm_s = estimate_s(cfg, m, n, k, out_bytes, workers)
         last_wave = (tiles - (-(-tiles // workers) - 1) * workers) / tiles
-        return max(estimate_s(cfg, m, n, k, out_bytes, workers), comm_s) + last_wave * comm_s
+        during = min(reduce_bytes * (1 - last_wave), gemm_s * c * COMM_SM_BYTES_PER_S)
+        return gemm_s + (reduce_bytes - during) / min(sm_count * COMM_SM_BYTES_PER_S, HBM_BYTES_PER_S)
 
     return min(range(1, sm_count // 2 + 1), key=fused_s)

@@ -37,6 +37,17 @@ def tile_of(ctx: Ctx, task, group_m: int, tiles_m=None):
             b.div(u32, inner, rows, name="tile_n"))
 
 
+def grouped_position(ctx: Ctx, tm, tn, group_m: int):
+    """The inverse of :func:`tile_of`: the task (position in the grouped order) of tile (tm, tn)."""
+    b = ctx.b
+    tiles_m, tiles_n = ctx.p.tiles_m, ctx.p.tiles_n
+    group = b.div(u32, tm, group_m, name="pos_group")
+    first_m = b.mul(u32, group, group_m, mode="lo", name="pos_first_m")
+    rows = b.min(u32, b.sub(u32, tiles_m, first_m), group_m, name="pos_rows")
+    inner = b.mad(u32, tn, rows, b.sub(u32, tm, first_m), mode="lo", name="pos_inner")
+    return b.mad(u32, group, b.mul(u32, tiles_n, group_m, mode="lo"), inner, mode="lo", name="grouped_position")
+
+
 def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:
     """The four m64n<n>k16 wgmma of one 64-deep k-block; ``first`` (a predicate) zeroes ``acc``.
 

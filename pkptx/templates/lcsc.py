@@ -31,6 +31,7 @@ WARPGROUP = 128
 WINDOW_SLACK = 1024
 TASK_STAGES = 2                              # drawn tasks the loader may hold ahead of the consumers
 TASK_FULL, TASK_EMPTY, TASK_SLOTS = "task_full", "task_empty", "task_slots"
+COMM_TASK_SLOT = "comm_task_slot"            # a communicator block's drawn task (:meth:`Template._draw_block`)
 Role = Callable[["Ctx", Reg], None]
 
 
@@ -157,7 +158,8 @@ class Template:
               comm_tasks: Callable[[Ctx], object] | None = None, communicator: Role | None = None,
               rank_major_comm: bool = False, prologue: Callable[[Ctx], None] | None = None,
               epilogue: Callable[[Ctx], None] | None = None, task_counter: Callable[[Ctx], Reg] | None = None,
-              comm_joins: bool = False) -> Kernel:
+              comm_joins: bool = False, comm_counter: Callable[[Ctx], Reg] | None = None,
+              compute_joins: bool = False) -> Kernel:
         """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``.
 
         ``task_counter(ctx)``: the global address of a u32 that is 0 when the launch starts (the caller
@@ -167,7 +169,14 @@ class Template:
         (:meth:`_draw`), instead of the fixed stride. ``comm_joins`` (with a counter): communicator
         blocks draw compute tasks too once their own walk is done, so SMs that finish communicating
         early are not left idle; their buffers are the compute side's again after a ``bar.sync``
-        (communicators must have waited for their bulk copies' reads by the end of their walk)."""
+        (communicators must have waited for their bulk copies' reads by the end of their walk).
+
+        The mirror image, for communicators that wait on the compute side (they reduce what it made):
+        ``comm_counter(ctx)`` (the same contract) hands out communicator tasks block by block
+        (:meth:`_draw_block`), and ``compute_joins`` (with both counters) sends every compute block to
+        the communicators' walk once no compute task is left to draw. Every compute task has then been
+        drawn by a block that has started and will finish it without waiting, so a joined block waits
+        only on work in progress."""
         has_compute = any((loader, consumer, storer))
         if has_compute and num_tasks is None:
             raise PTXBuildError(f"{self.name}: compute roles need num_tasks")
@@ -179,11 +188,16 @@ class Template:
             raise PTXBuildError(f"{self.name}: drawn tasks need a loader (it draws them) and launch tickets")
         if comm_joins and task_counter is None:
             raise PTXBuildError(f"{self.name}: comm_joins needs a task_counter (joined blocks draw tasks)")
+        if compute_joins and (task_counter is None or comm_counter is None or comm_joins):
+            raise PTXBuildError(f"{self.name}: compute_joins needs a task_counter and a comm_counter (every task is "
+                                "drawn), and not comm_joins")
         task_rings, task_buffers = (), ()
+        if comm_counter is not None:
+            task_buffers += (Buffer(COMM_TASK_SLOT, 4, 4),)
         if task_counter is not None:
             readers = WARPGROUP * self.consumers + (32 if storer is not None else 0)
             task_rings = (Ring(TASK_FULL, TASK_STAGES, 1), Ring(TASK_EMPTY, TASK_STAGES, readers))
-            task_buffers = (Buffer(TASK_SLOTS, 4 * TASK_STAGES, 4),)
+            task_buffers += (Buffer(TASK_SLOTS, 4 * TASK_STAGES, 4),)
         # .reqntid, not .maxntid: the roles assume every thread is there, so launchers refuse a smaller block
         k = Kernel(self.name, self.kernel_params(), req_threads=self.threads, min_blocks=1,
                    target="sm_90a" if self.rebalance else None, dynamic_smem=self.dynamic_smem)
@@ -201,12 +215,16 @@ class Template:
             comm_worker, compute_worker = b.sub(u32, block, workers, name="comm_worker"), block
 
         def communicate():
-            if communicator is not None:
-                worker, stride = comm_worker, ncomm
-                if rank_major_comm:
-                    worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
-                    stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
-                self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
+            if communicator is None:
+                return
+            if comm_counter is not None:
+                self._draw_block(ctx, comm_counter(ctx), comm_tasks(ctx), communicator)
+                return
+            worker, stride = comm_worker, ncomm
+            if rank_major_comm:
+                worker = b.mad(u32, worker, ctx.world, ctx.rank, mode="lo", name="comm_first")
+                stride = b.mul(u32, stride, ctx.world, mode="lo", name="comm_stride")
+            self._walk(ctx, worker, stride, comm_tasks(ctx), communicator, ctx.tid, self.threads)
 
         draw = task_counter(ctx) if task_counter is not None else None
         if comm_joins:
@@ -214,6 +232,11 @@ class Template:
                 communicate()
                 b.bar_sync(0)                # the communicators' buffers are the compute side's from here
             self._compute(ctx, None, None, num_tasks(ctx), loader, consumer, storer, draw)
+        elif compute_joins:
+            with b.if_then(b.not_("pred", is_comm, name="is_compute"), uniform=True):
+                self._compute(ctx, None, None, num_tasks(ctx), loader, consumer, storer, draw)
+                b.bar_sync(0)                # the whole block is done computing
+            communicate()
         else:
             with b.if_else(is_comm, uniform=True) as (comm_arm, compute_arm):
                 with comm_arm:
@@ -321,6 +344,24 @@ class Template:
             return
         with b.if_then(b.setp("eq", u32, role_tid, 0, name="task_drawer")):
             loop()
+
+    def _draw_block(self, ctx: Ctx, counter, num_tasks, role: Role) -> None:
+        """``role(ctx, task)`` with every thread of the block for each task it draws from ``counter``
+        until one past ``num_tasks``: thread 0 ``atom.relaxed.gpu.global.add.u32`` and ``st.shared.u32``
+        the task, ``bar.sync 0`` (orders the store before the block's loads), every thread
+        ``ld.shared.u32``, ``bar.sync 0`` again (every read done before the next draw overwrites it)."""
+        b = ctx.b
+        slot = address(ctx.smem[COMM_TASK_SLOT])
+        sub = replace(ctx, role_tid=ctx.tid, role_threads=self.threads)
+        with b.loop("drawn_comm_tasks") as lp:
+            with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="comm_drawer")):
+                b.st(u32, slot, b.atom("add", u32, address(counter), 1, sem=Sem.RELAXED, scope=Scope.GPU,
+                                       space="global", name="drawn_comm"), space="shared")
+            b.bar_sync(0)
+            task = b.ld(u32, slot, space="shared", name="comm_task")
+            b.bar_sync(0)
+            lp.break_if(b.setp("ge", u32, task, num_tasks, name="comm_tasks_done"))
+            role(sub, task)
 
     def _compute(self, ctx: Ctx, block, workers, num_tasks, loader, consumer, storer, counter=None) -> None:
         """The producer warpgroup (loader warp 0, storer warp 1) and the consumers, walking the tasks

@@ -106,17 +106,22 @@ def test_ag_gemm_smallest(w, tiles):
 
 @pytest.mark.parametrize("w", (1, 2, 3))
 @pytest.mark.parametrize("mc", [False, True], ids=["unicast", "multicast"])
-def test_gemm_ar_smallest(w, mc):
+@pytest.mark.parametrize("m, n, grid", [(128, 128, 2), (384, 200, 3)], ids=["one_tile", "six_tiles"])
+def test_gemm_ar_smallest(w, mc, m, n, grid):
+    """One tile (ranks past 0 own none), or six with an edge column: compute and owned tiles drawn, the
+    compute blocks joining the reduction; both counters left at 0."""
     cfg = gemm_ar.Config(AR_TILE, multicast=mc)
-    m, n, k = 128, 128, 64
+    k = 64
     ranks = Ranks(w, seed=w + 40, multicast=mc)
     a, b = _operands(w + 50, w, m, n, k, "nk")
     out = ranks.symmetric((m, n), DTYPES["bf16"], "c")
-    done = ranks.symmetric((w * AR_TILE.consumers,), np.uint32, "done", fill=0)    # a slot per (rank, warpgroup)
+    tiles = -(-m // AR_TILE.tile_m) * -(-n // AR_TILE.tile_n)
+    # a slot per (tile, rank, warpgroup), then the two task counters
+    done = ranks.symmetric((tiles * w * AR_TILE.consumers + 2,), np.uint32, "done", fill=0)
     mach = ranks.world.machine
     for r in range(w):
         a_dev = mach.from_numpy(a[r], name="a", rank=r)
-        ranks.launch(r, kernel(gemm_ar.build, cfg), _threads(AR_TILE), layouts=dict(c=out, done=done), grid=2,
+        ranks.launch(r, kernel(gemm_ar.build, cfg), _threads(AR_TILE), layouts=dict(c=out, done=done), grid=grid,
                      smem=AR_TILE.smem_bytes, num_comm_sms=1, m=m, n=n,
                      tmap_c=ranks.tensor_map(out.ptr(r), DTYPES["bf16"], (m, n), AR_TILE.c_box),
                      **ranks.gemm_values(AR_TILE, a_dev.base, b[r], r, m, n, k))
@@ -124,3 +129,4 @@ def test_gemm_ar_smallest(w, mc):
     ref = gemm_ar.reference(a, b)
     for r in range(w):
         assert_rel(out.read(r), ref, f"rank {r}")
+        assert list(done.read(r)[-2:]) == [0, 0], f"rank {r}: task counters left at {done.read(r)[-2:]}"

@@ -2,11 +2,17 @@
 
 Every rank holds a K-shard of A and B and computes the full partial C_r (M x N) into its copy of the
 symmetric buffer ``c``. Each finished slab is TMA-stored locally, and once the store has landed the
-warpgroup stamps its slot of the tile's flags on the tile's owner (tile t is owned by rank t mod W;
-one slot per source rank and warpgroup) with the launch's epoch. The owner's communicator SMs wait
-for every slot (a timeout names the ranks behind), then reduce the tile over every rank's copy and
-write the sum back to all of them (multimem in the switch, or the unicast fallback: peer loads, f32
-sums, stores). One launch; the epoch is device state (:mod:`..progress`), so graph replays work.
+warpgroup stamps its slot of the tile's flags on the tile's owner (the tile at position p of the
+grouped order is owned by rank p mod W; one slot per source rank and warpgroup) with the launch's
+epoch. The owner's communicators wait for every slot (a timeout names the ranks behind), then reduce
+the tile over every rank's copy and write the sum back to all of them (multimem in the switch, or the
+unicast fallback: peer loads, f32 sums, stores). One launch; the epoch is device state
+(:mod:`..progress`), so graph replays work.
+
+Both sides draw their tasks from counters (the two words after the flags, left at 0 by the closing
+barrier): GEMM tiles in the grouped order, owned tiles in the same order. A compute block that finds no
+tile left joins the communicators, so the tiles finished last are reduced by every SM rather than by
+the ``num_comm_sms`` that reduce while the GEMM runs.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from ...isa import Param, Scope, Sem, u32, u64
 from ...primitives.layout import ParallelLayout
 from ...primitives.sync import flag_address, publish_async_writes, stamp, wait_peers
 from ...primitives import all_reduce
-from ..gemm_parts import tile_of
+from ..gemm_parts import grouped_position, tile_of
 from ..progress import FLAGS, close_barrier
 from . import gemm
 
@@ -58,33 +64,42 @@ def build(cfg: Config = Config()):
         with b.if_then(b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="slab_leader")):
             publish_async_writes(b)
             tile = b.mad(u32, tm, ctx.p.tiles_n, tn, mode="lo", name="tile_id")
-            owner = b.rem(u32, tile, ctx.world, name="tile_owner")
+            owner = b.rem(u32, grouped_position(ctx, tm, tn, g.group_m), ctx.world, name="tile_owner")
             slot = b.mad(u32, b.mad(u32, tile, ctx.world, ctx.rank, mode="lo"), g.consumers, wg, mode="lo",
                          name="done_slot")
             stamp(b, flag_address(b, ctx.layouts["done"], owner, slot), ctx.epoch, sem=Sem.RELEASE, scope=Scope.SYS)
 
-    def reduce_tile(ctx, task):
-        """Walk the tiles in the compute blocks' (grouped) order, so the tile waited for is one the
-        compute side finishes soon; for an owned tile, wait for every rank's slabs, then all-reduce it."""
+    def tiles(ctx):
+        return ctx.b.mul(u32, ctx.p.tiles_m, ctx.p.tiles_n, mode="lo", name="ar_tiles")
+
+    def owned_tiles(ctx):
+        """Tiles whose grouped position is this rank modulo the world: ceil((tiles - rank) / world)."""
         b = ctx.b
-        tm, tn = tile_of(ctx, task, g.group_m)
+        total = b.max(u32, tiles(ctx), ctx.rank, name="ar_total")
+        return b.div(u32, b.add(u32, b.sub(u32, total, ctx.rank), b.sub(u32, ctx.world, 1)), ctx.world,
+                     name="owned_tiles")
+
+    def reduce_tile(ctx, task):
+        """This rank's ``task``-th tile in the compute blocks' (grouped) order, so the tile waited for is
+        one the compute side finishes soon: wait for every rank's slabs, then all-reduce it."""
+        b = ctx.b
+        tm, tn = tile_of(ctx, b.mad(u32, task, ctx.world, ctx.rank, mode="lo", name="ar_position"), g.group_m)
         tile = b.mad(u32, tm, ctx.p.tiles_n, tn, mode="lo", name="ar_tile")
-        with b.if_then(b.setp("eq", u32, b.rem(u32, tile, ctx.world), ctx.rank, name="owned"), uniform=True):
-            with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
-                first = b.mul(u32, tile, b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo", name="tile_slots")
-                wait_peers(b, flag_address(b, ctx.layouts["done"], ctx.rank, first), ctx.world, ctx.epoch,
-                           per_peer=g.consumers, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline, flag_id=tile)
-            b.bar_sync(0)
-            row0 = b.mul(u32, tm, g.tile_m, mode="lo", name="ar_row0")
-            col0 = b.mul(u32, tn, g.tile_n, mode="lo", name="ar_col0")
-            full = b.setp("le", u32, b.add(u32, row0, g.tile_m), ctx.p.m, combine="and",
-                          c=b.setp("le", u32, b.add(u32, col0, g.tile_n), ctx.p.n), name="full_tile")
-            with b.if_else(full, uniform=True) as (inner, edge):
-                with inner:
-                    reduce_full_tile(ctx, row0, col0)
-                with edge:
-                    reduce_edge_tile(ctx, row0, col0)
-            b.bar_sync(0)
+        with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="tile_waiter")):
+            first = b.mul(u32, tile, b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo", name="tile_slots")
+            wait_peers(b, flag_address(b, ctx.layouts["done"], ctx.rank, first), ctx.world, ctx.epoch,
+                       per_peer=g.consumers, sem=Sem.ACQUIRE, scope=Scope.SYS, deadline=ctx.deadline, flag_id=tile)
+        b.bar_sync(0)
+        row0 = b.mul(u32, tm, g.tile_m, mode="lo", name="ar_row0")
+        col0 = b.mul(u32, tn, g.tile_n, mode="lo", name="ar_col0")
+        full = b.setp("le", u32, b.add(u32, row0, g.tile_m), ctx.p.m, combine="and",
+                      c=b.setp("le", u32, b.add(u32, col0, g.tile_n), ctx.p.n), name="full_tile")
+        with b.if_else(full, uniform=True) as (inner, edge):
+            with inner:
+                reduce_full_tile(ctx, row0, col0)
+            with edge:
+                reduce_edge_tile(ctx, row0, col0)
+        b.bar_sync(0)
 
     def element_offset(ctx, row0, col0, v):
         """Byte offset in C of 16-byte vector ``v`` of the tile at (row0, col0), and its row and column."""
@@ -120,12 +135,20 @@ def build(cfg: Config = Config()):
 
     parts = gemm.roles(g, store=store)
 
-    def epilogue(ctx):
-        close_barrier(ctx, 1, multicast=cfg.multicast)     # every owner has written every reduced tile
+    def counter(word):
+        """done[tiles · world · consumers + word] on this rank: GEMM tiles (0) or owned tiles (1) drawn."""
+        def address_of(ctx):
+            b = ctx.b
+            slots = b.mul(u32, tiles(ctx), b.mul(u32, ctx.world, g.consumers, mode="lo"), mode="lo", name="ar_slots")
+            return flag_address(b, ctx.layouts["done"], ctx.rank, b.add(u32, slots, word, name="counter_word"))
+        return address_of
 
-    return t.build(**parts, comm_tasks=lambda ctx: ctx.b.mul(u32, ctx.p.tiles_m, ctx.p.tiles_n,
-                                                             mode="lo"),
-                   communicator=reduce_tile, epilogue=epilogue)
+    def epilogue(ctx):
+        # every owner has written every reduced tile; both counters are 0 again for the next launch
+        close_barrier(ctx, 1, multicast=cfg.multicast, leave=((counter(0)(ctx), 0), (counter(1)(ctx), 0)))
+
+    return t.build(**parts, comm_tasks=owned_tiles, communicator=reduce_tile, epilogue=epilogue,
+                   task_counter=counter(0), comm_counter=counter(1), compute_joins=True)
 
 
 def reference(a_shards, b_shards, b_layout: str = "nk") -> np.ndarray:
