@@ -33,6 +33,7 @@ TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120, None),
                ("launch", "tests/launch", 150, None),
                ("fused", "tests/templates/test_fused_gpu.py", 300, None),
                ("fused_2rank", "tests/templates/test_fused_gpu.py", 150, "2rank and not mps"),
+               ("fused_mps", "tests/templates/test_fused_gpu.py", 200, "2rank-mps50"),   # under --mps
                ("collectives", "tests/templates/test_collectives_gpu.py", 400, None),
                ("collectives_2rank", "tests/templates/test_collectives_gpu.py", 150, "2rank and not mps"),
                ("primitives", "tests/primitives", 200, None),
