@@ -170,13 +170,12 @@ def run_diag(b, key_chunk, query_chunk, length, skip):
 
 
 class RingPlan(PeerPlan):
-    """Tasks (batch, head, query chunk, query block), the later chunk and the last block first; runs of
-    keys shard by shard in arrival order (own shard first), chunk by chunk."""
+    """Tasks (batch, head, query chunk, query block), the later chunk and the last block first (drawn in
+    this order by whichever block is free, so no static balancing); runs of keys shard by shard in arrival
+    order (own shard first), chunk by chunk."""
 
     def task(self, ctx, task) -> attention.Task:
         b, halves = ctx.b, self.cfg.halves
-        if self.cfg.causal:
-            task = attention.zigzag(ctx, task)
         q_blocks, heads, chunk = ctx.p.q_blocks, ctx.p.heads, ctx.p.chunk
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")

@@ -73,13 +73,11 @@ def await_group(ctx, batch, src, g, deadline) -> None:
 
 
 class UlyssesPlan(PeerPlan):
-    """Tasks (batch, local head, query shard, query block), head groups in order, the last block first;
-    runs of keys shard by shard, this rank's own first."""
+    """Tasks (batch, local head, query shard, query block), head groups in order, the last block first
+    (drawn in this order by whichever block is free); runs of keys shard by shard, this rank's own first."""
 
     def task(self, ctx, task) -> attention.Task:
         b, world, rank = ctx.b, ctx.world, ctx.rank
-        if self.cfg.causal:
-            task = attention.zigzag(ctx, task)
         q_blocks, local_heads, seq = ctx.p.q_blocks, ctx.p.local_heads, ctx.p.seq
         qb = b.sub(u32, b.sub(u32, q_blocks, 1), b.rem(u32, task, q_blocks), name="qb")
         rest = b.div(u32, task, q_blocks, name="task_rest")
