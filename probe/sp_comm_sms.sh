@@ -1,7 +1,7 @@
 # bench_sp under MPS at $RANKS ranks (default "2 4") with each communicator count of $COMM (default "8 16"):
 # the ring's and Ulysses' fused/sequential rows, to pick auto_comm_sms now that communicators join the
-# attention once their pieces are sent (H200).
-export PKPTX_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+# attention once their pieces are sent (H200). PKG=<dir>: the pkptx package from another tree (an A/B).
+export PKPTX_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1 PYTHONPATH=${PKG:-$PWD}
 R="--allow-run-as-root"
 for N in ${RANKS:-2 4}; do
   for C in ${COMM:-8 16}; do

@@ -6,7 +6,9 @@ paper's per-GPU shapes (pk-design 7), N in {2048, 4096, 8192, 16384}; bf16 in, f
 - GEMM+AR: the same shards: gemm then all_reduce, vs gemm_ar.
 Where every rank has its own GPU, cuBLAS + NCCL (torch) one after the other is timed as well.
 
-The unoverlapped share of communication is (fused - gemm alone) / (collective alone): 0 means the
+The sequential composition is timed as one unit, as a model runs it (its steps timed one by one and
+summed are shown too: apart, ranks under MPS need not run them side by side). The unoverlapped share of
+communication is (fused - gemm alone) / (collective alone): 0 means the
 communication hid completely behind the GEMM, 1 means none of it did. Each fused result is checked
 against the composition before it is timed. Run under MPI: ``python -m pkptx bench fused --ranks 4``.
 With every rank on one GPU the figures measure protocol overhead, not NVLink.
@@ -72,6 +74,14 @@ def main(argv=None) -> int:
         t = nccl.time_ms(fn, args.repeats)
         return [t, f"{t / t_fused:.3f}"]
 
+    def record(op: str, n: int, err: float, t_fused: float, *, gemm, comm, comm_first=False) -> None:
+        """A row: the composition timed as one unit (what a model runs), then its steps one by one."""
+        t_seq = timed(lambda: (comm(), gemm()) if comm_first else (gemm(), comm()))
+        t_gemm, t_comm = timed(gemm), timed(comm)
+        rows.append([op, n, f"{err:.1e}", t_fused, t_seq, t_gemm, t_comm, f"{t_gemm + t_comm:.3f}",
+                     f"{t_seq / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
+                    + baseline(op, n, t_fused))
+
     for n in progress(sizes, "fused sizes", show=world.rank == 0):
         if n % (128 * w):
             continue
@@ -91,11 +101,9 @@ def main(argv=None) -> int:
         err = rel(fused_out.to_numpy(), plain_out.to_numpy())
         t_fused = timed(lambda: pkptx.ag_gemm(full, b, world, out=fused_out, num_comm_sms=ag_sms, fused=True,
                                               stream=stream))
-        t_comm = timed(lambda: pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream))
-        t_gemm = timed(lambda: pkptx.gemm(gathered.local, b, plain_out, stream=stream))
-        rows.append(["ag_gemm", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
-                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
-                    + baseline("ag_gemm", n, t_fused))
+        record("ag_gemm", n, err, t_fused,
+               gemm=lambda: pkptx.gemm(gathered.local, b, plain_out, stream=stream),
+               comm=lambda: pkptx.all_gather(shard, world, dim=0, out=gathered, stream=stream), comm_first=True)
         for buf in (gathered, full, shard):
             buf.free()
         # ---- GEMM + RS and GEMM + AR share their shards
@@ -110,11 +118,9 @@ def main(argv=None) -> int:
         pkptx.synchronize(stream)
         err = rel(rs_out.local.to_numpy(), rs_plain.local.to_numpy())
         t_fused = timed(lambda: pkptx.gemm_rs(a, b, world, out=rs_out, stream=stream, fused=True))
-        t_gemm = timed(lambda: pkptx.gemm(a, b, partial.local, stream=stream))
-        t_comm = timed(lambda: pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream))
-        rows.append(["gemm_rs", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
-                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
-                    + baseline("gemm_rs", n, t_fused))
+        partial_gemm = lambda: pkptx.gemm(a, b, partial.local, stream=stream)  # noqa: E731
+        record("gemm_rs", n, err, t_fused, gemm=partial_gemm,
+               comm=lambda: pkptx.reduce_scatter(partial, world, dim=0, out=rs_plain, stream=stream))
         pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=ar_sms, fused=True, stream=stream)
         pkptx.gemm(a, b, partial.local, stream=stream)
         pkptx.all_reduce(partial, world, stream=stream)
@@ -122,21 +128,20 @@ def main(argv=None) -> int:
         err = rel(ar_out.local.to_numpy(), partial.local.to_numpy())
         t_fused = timed(lambda: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=ar_sms, fused=True,
                                               stream=stream))
-        t_comm = timed(lambda: pkptx.all_reduce(partial, world, stream=stream))
-        rows.append(["gemm_ar", n, f"{err:.1e}", t_fused, t_gemm + t_comm, t_gemm, t_comm,
-                     f"{(t_gemm + t_comm) / t_fused:.3f}", f"{max(0.0, t_fused - t_gemm) / t_comm:.2f}"]
-                    + baseline("gemm_ar", n, t_fused))
+        record("gemm_ar", n, err, t_fused, gemm=partial_gemm,
+               comm=lambda: pkptx.all_reduce(partial, world, stream=stream))
         for buf in (ar_out, rs_plain, rs_out, partial):
             buf.free()
     suffix, sharing_note = sharing(world)
     if world.rank == 0:
         gpus = Device.available()
         report(f"fused kernels vs gemm-then-collective, {w} rank(s) on {min(gpus, w)} GPU(s){suffix}",
-               ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "speedup",
-                "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []), rows,
+               ["kernel", "N", "rel diff", "fused ms", "sequential ms", "gemm ms", "comm ms", "steps apart ms",
+                "speedup", "unoverlapped comm"] + (["cuBLAS+NCCL ms", "vs cuBLAS+NCCL"] if dist is not None else []),
+               rows,
                sharing_note + f"num_comm_sms: ag_gemm {ag_sms}, gemm_ar {ar_sms} (at 1 rank gemm_ar is the plain "
-               "GEMM); "
-               "median of CUDA events, GPU time (a GPU spin before each repeat "
+               "GEMM); sequential = GEMM and collective timed as one unit (speedup = sequential / fused); steps "
+               "apart = each timed alone, summed; median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host); shapes per GPU as in pk-design 7.",
                args.record)
     heap.close()

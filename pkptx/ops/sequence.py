@@ -87,7 +87,8 @@ def auto_comm_sms(comm_bytes: int, flops: float, sm_count: int | None, push: flo
     MIN_COMM_SMS and at most a quarter of the SMs. Every task of the first wave needs the peers' data
     long before the attention's end, so too few leave compute blocks waiting (8 communicators beat the
     2-4 that the pushes' volume alone asks for, at every measured shape: with 2-4 the launch took about
-    twice the attention); each one more takes an SM from the attention for the whole launch."""
+    twice the attention). A communicator joins the attention once its pieces are sent, so more cost little
+    (8 and 16 measured alike at 2 and 4 ranks, bench/RESULTS.md 2026-12-05 11:32)."""
     sms = sm_count or 132
     compute_s = flops / (sms * SM_FLOPS)
     budget = compute_s * push              # bytes one communicator moves in the attention's time
