@@ -7,8 +7,8 @@
 Lengths are total tokens over all ranks (the paper's are multiples of 768; B=16 there, here what fits
 one shared GPU: ``--ring-batch``, ``--ulysses-batch``). The sequential composition is timed as one unit, as
 it runs in a model: its collectives line the ranks up, so their attentions run side by side as the fused
-launches' do (timed one by one and summed, a rank's attention may run while the others' do not, which
-under MPS is faster than any rank gets in either composition). The unoverlapped share of communication is
+launches' do (timed one by one and summed, a rank's attention need not run beside the others', so under
+MPS the sum may flatter the composition; both are reported). The unoverlapped share of communication is
 (fused - attention alone) / (communication alone): 0 means it hid completely. Each fused result is
 checked against the composition before it is timed. Run under MPI: ``python -m pkptx bench sp --ranks 4
 --mps``; with every rank on one GPU the figures measure the protocol, the overlap and the SM split, not
