@@ -153,8 +153,8 @@ def main(argv=None) -> int:
                 "steps apart ms", "speedup", "unoverlapped comm", "fused TFLOP/s per rank"], rows,
                sharing_note + "D=128, bf16; ring H=16 (non-causal), Ulysses H=128 (causal); sequential = the "
                "collectives and the attention timed as one unit (speedup = sequential / fused); steps apart = "
-               "attention and comm timed one by one, summed (a rank's attention then may run while the others' "
-               "do not); "
+               "attention and comm timed one by one, summed (a rank's attention then need not run beside the "
+               "others'); "
                f"num_comm_sms={args.num_comm_sms or 'auto'}; ring relay {args.ring_relay or 'default'}; "
                "median of CUDA events, GPU time (a GPU spin before each repeat "
                "hides the host).", args.record)
