@@ -1,0 +1,80 @@
+"""Why is bench_sp's sequential composition (all_gather of K/V, then attention, timed as one unit) so much
+slower than its two steps timed one by one? Each rank times, at the ring's shape (B=4, H=16, D=128, its
+shard of ``SEQ_PROBE_TOKENS`` queries against all keys): the attention alone, ranks taking turns (the
+others wait on the host); the attention on every rank at once (queued back to back, as bench_sp's step);
+the same with a tiny all_gather before each repeat (ranks in step); the gather of K/V alone; and gather
+then attention (bench_sp's sequential). Run under MPS (``python -m pkptx mps run --ranks N -- mpirun -n N
+python probe/sequential_probe.py``). Rank 0 prints every rank's median ms. Not a test."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+
+import pkptx  # noqa: E402
+from pkptx.bench.common import checked_ms  # noqa: E402
+from pkptx.launch import Device, Stream, SymmetricHeap, World, empty, from_numpy  # noqa: E402
+
+TOKENS = int(os.environ.get("SEQ_PROBE_TOKENS", 24576))
+
+
+def main():
+    world = World()
+    Device(world.device_ordinal()).set_current()
+    stream, w, bf16 = Stream(), world.size, ml_dtypes.bfloat16
+    batch, s, h, d = 4, TOKENS // w, 16, 128
+    rng = np.random.default_rng(5 + world.rank)
+    rand = lambda *shape: rng.standard_normal(shape, dtype=np.float32).astype(bf16)  # noqa: E731
+    heap = SymmetricHeap(world, 6 * batch * TOKENS * h * d * 2 // w + 3 * batch * TOKENS * h * d * 2 + (64 << 20))
+    q, out = from_numpy(rand(batch, s, h, d)), empty((batch, s, h, d), bf16)
+    k_shard, v_shard = heap.alloc((batch, s, h, d), bf16), heap.alloc((batch, s, h, d), bf16)
+    k_full, v_full = heap.alloc((batch, TOKENS, h, d), bf16), heap.alloc((batch, TOKENS, h, d), bf16)
+    tiny, tiny_all = heap.alloc((1, 256), np.float32), heap.alloc((w, 256), np.float32)
+    k_shard.local.copy_from_numpy(rand(batch, s, h, d))
+    v_shard.local.copy_from_numpy(rand(batch, s, h, d))
+    world.barrier(what="inputs")
+
+    def gather():
+        pkptx.all_gather(k_shard, world, dim=1, out=k_full, stream=stream)
+        pkptx.all_gather(v_shard, world, dim=1, out=v_full, stream=stream)
+
+    def attend():
+        pkptx.attention(q, k_full.local, v_full.local, out=out, stream=stream)
+
+    def in_step():
+        pkptx.all_gather(tiny, world, dim=0, out=tiny_all, stream=stream)
+        attend()
+
+    timed = lambda fn: checked_ms(fn, stream, repeats=5)  # noqa: E731
+    gather()
+    attend()
+    pkptx.synchronize(stream)
+    rows = {}
+    turns = []
+    for turn in range(w):
+        world.barrier(what="turn")
+        if turn == world.rank:
+            turns.append(timed(attend))
+        world.barrier(what="turn done")
+    rows["attention, ranks in turn"] = turns[0]
+    world.barrier(what="together")
+    rows["attention, all ranks queued at once"] = timed(attend)
+    world.barrier(what="in step")
+    rows["tiny all_gather + attention (in step)"] = timed(in_step)
+    rows["tiny all_gather alone"] = timed(lambda: pkptx.all_gather(tiny, world, dim=0, out=tiny_all, stream=stream))
+    rows["all_gather K and V"] = timed(gather)
+    rows["all_gather K and V, then attention"] = timed(lambda: (gather(), attend()))
+    every = world.allgather(rows, what="rows")
+    if world.rank == 0:
+        print(f"{w} ranks, B={batch}, H={h}, D={d}, {s} queries x {TOKENS} keys a rank")
+        print("| measure | " + " | ".join(f"rank {r} ms" for r in range(w)) + " |")
+        print("|---|" + "---|" * w)
+        for name in rows:
+            print(f"| {name} | " + " | ".join(f"{every[r][name]:.3f}" for r in range(w)) + " |", flush=True)
+    heap.close()
+    world.close()
+
+
+if __name__ == "__main__":
+    main()
