@@ -3,7 +3,8 @@ slower than its two steps timed one by one? Each rank times, at the ring's shape
 shard of ``SEQ_PROBE_TOKENS`` queries against all keys): the attention alone, ranks taking turns (the
 others wait on the host); the attention on every rank at once (queued back to back, as bench_sp's step);
 the same with a tiny all_gather before each repeat (ranks in step); the gather of K/V alone; and gather
-then attention (bench_sp's sequential). Run under MPS (``python -m pkptx mps run --ranks N -- mpirun -n N
+then attention (bench_sp's sequential); ring_attention in step; the attention in step on fewer SMs (its
+grid cut to the share less 8, and to half: is it bound by the memory the ranks share?). Run under MPS (``python -m pkptx mps run --ranks N -- mpirun -n N
 python probe/sequential_probe.py``). Rank 0 prints every rank's median ms. Not a test."""
 import os
 import sys
@@ -15,6 +16,8 @@ import numpy as np  # noqa: E402
 import pkptx  # noqa: E402
 from pkptx.bench.common import checked_ms  # noqa: E402
 from pkptx.launch import Device, Stream, SymmetricHeap, World, empty, from_numpy  # noqa: E402
+from pkptx.launch.occupancy import context_sm_count  # noqa: E402
+from pkptx.ops import attention as attention_op  # noqa: E402
 
 TOKENS = int(os.environ.get("SEQ_PROBE_TOKENS", 24576))
 
@@ -42,8 +45,11 @@ def main():
     def attend():
         pkptx.attention(q, k_full.local, v_full.local, out=out, stream=stream)
 
-    def in_step():
+    def line_up():
         pkptx.all_gather(tiny, world, dim=0, out=tiny_all, stream=stream)
+
+    def in_step():
+        line_up()
         attend()
 
     timed = lambda fn: checked_ms(fn, stream, repeats=5)  # noqa: E731
@@ -63,6 +69,16 @@ def main():
     world.barrier(what="in step")
     rows["tiny all_gather + attention (in step)"] = timed(in_step)
     rows["tiny all_gather alone"] = timed(lambda: pkptx.all_gather(tiny, world, dim=0, out=tiny_all, stream=stream))
+    ring_out = empty((batch, s, h, d), bf16)
+    ring = lambda: pkptx.ring_attention(q, k_shard.local, v_shard.local, world, out=ring_out, stream=stream)  # noqa
+    ring()
+    rows["tiny all_gather + ring_attention (fused)"] = timed(lambda: (line_up(), ring()))
+    sms = context_sm_count()
+    for blocks in (sms - 8, sms // 2):
+        attention_op.grid_size = lambda kernel, tasks, blocks=blocks: blocks
+        narrow = empty((batch, s, h, d), bf16)            # a new operand: a new prepared launch, new grid
+        attend_narrow = lambda: pkptx.attention(q, k_full.local, v_full.local, out=narrow, stream=stream)  # noqa
+        rows[f"tiny all_gather + attention on {blocks} of {sms} SMs"] = timed(lambda: (line_up(), attend_narrow()))
     rows["all_gather K and V"] = timed(gather)
     rows["all_gather K and V, then attention"] = timed(lambda: (gather(), attend()))
     every = world.allgather(rows, what="rows")

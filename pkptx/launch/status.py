@@ -46,6 +46,16 @@ class DeviceStatus:
     def __init__(self, device=None):
         self.words: DeviceArray = empty((WORDS,), np.uint32, device=device)
         self.words.fill(0)
+        self.device = device
+        self.launch_words: dict = {}     # key -> words of launch state that a timeout leaves out of step
+
+    def zeroed_words(self, key, count: int) -> DeviceArray:
+        """``count`` u32 words under ``key`` (made and zeroed on first use) that kernels leave at 0 when
+        they end; a timed-out launch may not, so :meth:`clear` zeroes them again."""
+        words = self.launch_words.get(key)
+        if words is None:
+            words = self.launch_words[key] = empty((count,), np.uint32, device=self.device).fill(0)
+        return words
 
     @property
     def ptr(self) -> int:
@@ -82,8 +92,11 @@ class DeviceStatus:
         raise error
 
     def clear(self) -> None:
-        """Forget a recorded timeout (``SymmetricHeap.reset`` does, after the ranks resynchronised)."""
+        """Forget a recorded timeout (``SymmetricHeap.reset`` does, after the ranks resynchronised), and
+        put the launch-state words back to 0."""
         self.words.fill(0)
+        for words in self.launch_words.values():
+            words.fill(0)
 
 
 _by_device: dict[int, DeviceStatus] = {}

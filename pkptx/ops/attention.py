@@ -12,6 +12,7 @@ import math
 from ..launch import Device, LaunchConfig, empty
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
+from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS
 from ..templates.kernels import attention as kernel
@@ -32,6 +33,13 @@ def grid_size(kernel, tasks: int) -> int:
     """Blocks of the persistent attention grid (the one place that sizes it): what this context can hold
     at once (pkptx.launch.occupancy), at most one per task."""
     return persistent_grid(kernel, work=tasks)
+
+
+def task_counter(device, stream) -> DeviceArray:
+    """The two u32 words the attention kernel draws its tasks from, one pair per stream: launches on
+    one stream run one after another, and each leaves the pair at 0 for the next (a timed-out one may
+    not; the device status's clear zeroes them)."""
+    return device_status(device).zeroed_words(("attention tasks", stream_handle(stream)), 2)
 
 
 def operand_array(x, op: str, name: str) -> DeviceArray:
@@ -100,11 +108,11 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         q_arr = operand_array(q, "attention", "q")
         out = empty(q_arr.shape, q_arr.dtype, stream=stream)
     launch("attention", (q, k, v, out, lse), (causal, scale, config, timeout_ns, timeout), stream,
-           lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout))
+           lambda: _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stream))
     return out
 
 
-def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
+def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stream):
     """The checked and packed launch of one attention call."""
     q, k, v, out = (operand_array(x, "attention", n) for n, x in (("q", q), ("k", k), ("v", v), ("out", out)))
     lse = optional_array(lse, "attention", "lse")
@@ -125,7 +133,8 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout):
         tmap_q=tensor_map(q, BOX), tmap_k=tensor_map(k, BOX), tmap_v=tensor_map(v, BOX),
         tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
-        scale_log2=scale * math.log2(math.e), by_query_block=int(causal), rank=0, world=1, status=device_status(device).ptr,
+        scale_log2=scale * math.log2(math.e), by_query_block=int(causal), task_counter=task_counter(device, stream).ptr, rank=0, world=1,
+        status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0).launch
 
 

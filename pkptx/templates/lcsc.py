@@ -163,7 +163,8 @@ class Template:
         """Emit the kernel. Compute roles need ``num_tasks``; the communicator needs ``comm_tasks``.
 
         ``task_counter(ctx)``: the global address of a u32 that is 0 when the launch starts (the caller
-        resets it between launches). Compute tasks are then drawn from it one at a time, in order, by
+        resets it between launches: :func:`.progress.close_barrier`'s ``leave``, or without tickets
+        :func:`.progress.release_task_counter`). Compute tasks are then drawn from it one at a time, in order, by
         each block's loader as it frees up (``atom.relaxed.gpu.add``: it orders no data, only who does
         what), and handed to the block's other roles through a ring of :data:`TASK_STAGES` shared slots
         (:meth:`_draw`), instead of the fixed stride. ``comm_joins`` (with a counter): communicator
@@ -184,8 +185,10 @@ class Template:
             raise PTXBuildError(f"{self.name}: a communicator needs comm_tasks")
         if has_compute and self.comm_threads:
             raise PTXBuildError(f"{self.name}: comm_threads is for kernels without compute roles")
-        if (task_counter is not None or comm_joins) and (loader is None or not self.progress):
-            raise PTXBuildError(f"{self.name}: drawn tasks need a loader (it draws them) and launch tickets")
+        if task_counter is not None and loader is None:
+            raise PTXBuildError(f"{self.name}: drawn tasks need a loader (it draws them)")
+        if comm_joins and not self.progress:
+            raise PTXBuildError(f"{self.name}: comm_joins needs launch tickets (communicators take the first ones)")
         if comm_joins and task_counter is None:
             raise PTXBuildError(f"{self.name}: comm_joins needs a task_counter (joined blocks draw tasks)")
         if compute_joins and (task_counter is None or comm_counter is None or comm_joins):

@@ -98,6 +98,30 @@ def read_launch_count(b, word: Reg) -> Reg:
     return b.add(u32, done, 1, name="launch")
 
 
+DRAWN, DRAWERS_DONE = 0, 1      # the words of a local task counter (:func:`release_task_counter`)
+
+
+def release_task_counter(ctx, counter: Reg) -> None:
+    """End of a one-GPU launch that draws its tasks from ``counter`` (two u32 words, 0 when the launch
+    starts: [DRAWN] tasks drawn, [DRAWERS_DONE] blocks done): the last block to be done leaves both at
+    0 for the next launch on the stream. Call after the closing ``bar.sync`` (every draw of the block is
+    done). No block waits on another, so no tickets are needed: a block that is not resident until
+    others finish draws what is left, where a fixed stride would hand it a share to run after them
+    (under MPS beside other ranks' kernels this doubled the attention's time, bench/RESULTS.md).
+
+    PTX (thread 0): ``atom.acq_rel.gpu.global.add.u32 done, [counter+4], 1;`` and, where ``done + 1 ==
+    %nctaid.x``: ``st.relaxed.gpu.global.u32 [counter], 0; st.relaxed.gpu.global.u32 [counter+4], 0;``.
+    The acq_rel atom acquires every earlier block's (each came after that block's last draw), so the
+    stores follow every draw of the launch; the next launch reads them after this kernel has ended."""
+    b = ctx.b
+    with b.if_then(b.setp("eq", u32, ctx.tid, 0, name="release_thread")):
+        done = b.atom("add", u32, address(counter, 4 * DRAWERS_DONE), 1, sem=Sem.ACQ_REL, scope=Scope.GPU,
+                      space="global", name="blocks_done_before")
+        with b.if_then(b.setp("eq", u32, b.add(u32, done, 1), b.special("nctaid.x"), name="last_block")):
+            for word in (DRAWN, DRAWERS_DONE):
+                b.st(u32, address(counter, 4 * word), 0, space="global", sem=Sem.RELAXED, scope=Scope.GPU)
+
+
 def open_barrier(ctx, *, multicast: bool) -> None:
     """Every rank has started this launch (so its inputs are final and its buffers may be written).
 

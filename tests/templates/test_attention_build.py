@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from pkptx.catalog import KERNEL_MODULES
@@ -170,7 +171,9 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(launches, "_launches", OrderedDict())       # the arrays' addresses repeat across tests
     device = type("D", (), {"sm_count": 132, "ordinal": 0})()
     monkeypatch.setattr(op.Device, "current", staticmethod(lambda: device))
-    monkeypatch.setattr(op, "device_status", lambda dev: type("S", (), {"ptr": 0x1000})())
+    status = type("S", (), {"ptr": 0x1000, "zeroed_words": lambda self, key, count: DeviceArray(0x2000, (count,),
+                                                                                                  np.uint32)})()
+    monkeypatch.setattr(op, "device_status", lambda dev: status)
     monkeypatch.setattr(op, "tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
     monkeypatch.setattr(op, "empty", lambda shape, dtype, stream=None: DeviceArray(0x900000, shape, dtype))
     monkeypatch.setattr(op, "persistent_grid", lambda kernel, work: min(work, 132))

@@ -7,10 +7,11 @@ consumer warpgroups that interleave by themselves, two Q buffers (the loader fet
 while the consumers finish the current one; at D=128 they fit because O leaves through the warpgroup's
 Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
 overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, and a rescale
-threshold. A persistent grid walks (batch, head, query block) tasks: head by head for full attention
-(blocks of one head run together and share K/V in L2); for causal attention query block by query
-block, the longest first, so the static stride hands every block a mix of long and short tasks (head by
-head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
+threshold. A persistent grid draws (batch, head, query block) tasks from a counter as its blocks free
+up: head by head for full attention (blocks of one head run together and share K/V in L2); for causal
+attention query block by query block, the longest first, so the shortest come last and even out the
+blocks' ends. Drawn, not a fixed stride: a block that starts late (under MPS beside other ranks'
+kernels, or beside another stream's) takes what is left instead of a share of its own.
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
 warpgroups, before row 0) cost least. The compute side of the LCSC template; attention_parts holds the
 layout and the softmax.
@@ -40,6 +41,7 @@ from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, h
                                v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators
 from ..lcsc import Buffer, Ring, Template
+from ..progress import release_task_counter
 
 SMEM_LIMIT = 227 * 1024
 TENSORS = ("q", "k", "v", "o")
@@ -110,7 +112,7 @@ class Config:
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
     Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
     Param("group", u32), Param("seq_q", u32), Param("seq_k", u32), Param("diag", s32), Param("scale_log2", f32),
-    Param("by_query_block", u32))
+    Param("by_query_block", u32), Param("task_counter", u64, pointer=True))
 
 
 def template(cfg: Config) -> Template:
@@ -163,21 +165,6 @@ class Keys:
     before_load: Callable = None     # kb -> None (loader only)
 
 
-def zigzag(ctx, task):
-    """The task a compute block runs for its ``task``: in every other full round of the compute workers'
-    tasks the blocks take the round in reverse. Tasks come longest first, so a block that took a round's
-    longest takes the next round's shortest (in plain round-robin the first blocks get ~3 % more causal
-    work than the average, and the launch waits for them)."""
-    b = ctx.b
-    workers = b.sub(u32, b.special("nctaid.x"), ctx.p.num_comm_sms, name="compute_blocks")
-    rnd = b.div(u32, task, workers, name="round")
-    end = b.mad(u32, rnd, workers, workers, mode="lo", name="round_end")
-    flip = b.setp("le", u32, end, ctx.p.tasks, combine="and",
-                  c=b.setp("ne", u32, b.and_("b32", rnd, 1), 0, name="odd_round"), name="reversed_round")
-    mirror = b.sub(u32, b.add(u32, b.sub(u32, end, 1), b.mul(u32, rnd, workers, mode="lo")), task, name="mirrored")
-    return b.selp(u32, mirror, task, flip, name="balanced_task")
-
-
 class Plan:
     """Single-GPU attention: tasks (batch, head, query block) in the order of the module docstring; one
     run of keys, the whole K/V of the (batch, head)."""
@@ -191,11 +178,10 @@ class Plan:
 
     def task(self, ctx, task) -> Task:
         """The last query block first: with ``by_query_block`` the tasks of one query block (over every
-        batch and head) are adjacent, else those of one (batch, head); rounds :func:`zigzag`. The blocks
-        end at the last row, so a partial block is the first one: with a causal mask the one that sees the
+        batch and head) are adjacent, else those of one (batch, head); drawn in this order, longest
+        first, by whichever block frees up. The blocks end at the last row, so a partial block is the first one: with a causal mask the one that sees the
         fewest keys (at the end, the rows it pads would run the longest task for nothing)."""
         b = ctx.b
-        task = zigzag(ctx, task)
         q_blocks, heads = ctx.p.q_blocks, ctx.p.heads
         by_block = b.setp("ne", u32, ctx.p.by_query_block, 0, name="by_query_block")
         heads_total = b.div(u32, ctx.p.tasks, q_blocks, name="heads_total")
@@ -507,7 +493,15 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
 
 
 def build(cfg: Config = Config()):
-    return template(cfg).build(**roles(cfg), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+    """Tasks drawn from ``task_counter`` (two u32 words, zero before the first launch on a stream; the
+    launch leaves them so) as blocks free up, so blocks that start late, behind other kernels, take no
+    fixed share with them."""
+    def epilogue(ctx):
+        ctx.b.bulk_wait_group(0)
+        release_task_counter(ctx, ctx.b.load_param("task_counter"))
+
+    return template(cfg).build(**roles(cfg), task_counter=lambda ctx: ctx.b.load_param("task_counter"),
+                               epilogue=epilogue)
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, scale: float | None = None):
@@ -538,13 +532,15 @@ def default_config(dtype: str, head_dim: int) -> Config:
     warpgroup with setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded
     through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
-    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
-    adds 5-14 % at 1-4k keys. The warpgroups' turns (``pingpong``), the ``overlap`` loop (also with
-    turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the rescale threshold and skipping the
-    K/V blocks a warpgroup's rows do not see measured slower or within noise."""
+    idle while both run their softmax). At D=64 the second Q buffer adds 5-14 % at 1-4k keys; there too
+    the consumers take registers from the loader (153 a thread): since tasks are drawn from a counter
+    (the consumers wait for each drawn task), 128 spill. The warpgroups' turns (``pingpong``), the
+    ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
+    rescale threshold and skipping the K/V blocks a warpgroup's rows do not see measured slower or
+    within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True)
 
 
 LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]
