@@ -119,11 +119,12 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
     batch, seq_q, seq_k, heads, kv_heads, dim = check_attention(
         q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *shape_dtype(lse),
         causal=causal, scale=scale)
-    cfg = config or kernel.default_config(dtype_name(q.dtype), dim)
+    device = Device.current()
+    drawn = context_sm_count(device) < device.sm_count      # an MPS share or a green context
+    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=drawn)
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")
-    device = Device.current()
     launchable = load(kernel.build, cfg, device)
     q_blocks = -(-seq_q // cfg.rows)
     tasks = batch * heads * q_blocks
@@ -133,7 +134,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         tmap_q=tensor_map(q, BOX), tmap_k=tensor_map(k, BOX), tmap_v=tensor_map(v, BOX),
         tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
-        scale_log2=scale * math.log2(math.e), by_query_block=int(causal), task_counter=task_counter(device, stream).ptr, rank=0, world=1,
+        scale_log2=scale * math.log2(math.e), by_query_block=int(causal), task_counter=task_counter(device, stream).ptr if cfg.drawn else 0, rank=0, world=1,
         status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0).launch
 

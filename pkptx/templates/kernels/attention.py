@@ -7,11 +7,13 @@ consumer warpgroups that interleave by themselves, two Q buffers (the loader fet
 while the consumers finish the current one; at D=128 they fit because O leaves through the warpgroup's
 Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
 overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, and a rescale
-threshold. A persistent grid draws (batch, head, query block) tasks from a counter as its blocks free
-up: head by head for full attention (blocks of one head run together and share K/V in L2); for causal
-attention query block by query block, the longest first, so the shortest come last and even out the
-blocks' ends. Drawn, not a fixed stride: a block that starts late (under MPS beside other ranks'
-kernels, or beside another stream's) takes what is left instead of a share of its own.
+threshold. A persistent grid walks (batch, head, query block) tasks: head by head for full attention
+(blocks of one head run together and share K/V in L2); for causal attention query block by query
+block, the longest first, so the static stride hands every block a mix of long and short tasks (head by
+head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
+In a context of fewer SMs than the device (an MPS share) the blocks draw the tasks from a counter
+instead (``Config.drawn``): there a block may start only when another ends, and with a fixed stride it
+would then run a share of its own after the others (twice the time beside other ranks' kernels).
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
 warpgroups, before row 0) cost least. The compute side of the LCSC template; attention_parts holds the
 layout and the softmax.
@@ -60,6 +62,7 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
+    drawn: bool = False          # tasks drawn from a counter as blocks free up (a partial context), else a fixed stride
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -106,7 +109,8 @@ class Config:
         return (f"attention_{self.dtype}_d{self.head_dim}_k{self.block_k}_w{self.consumers}_s{self.stages}"
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
-                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else ""))
+                + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
+                + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -165,9 +169,29 @@ class Keys:
     before_load: Callable = None     # kb -> None (loader only)
 
 
+def zigzag(ctx, task):
+    """The task a compute block runs for its ``task``: in every other full round of the compute workers'
+    tasks the blocks take the round in reverse. Tasks come longest first, so a block that took a round's
+    longest takes the next round's shortest (in plain round-robin the first blocks get ~3 % more causal
+    work than the average, and the launch waits for them)."""
+    b = ctx.b
+    workers = b.sub(u32, b.special("nctaid.x"), ctx.p.num_comm_sms, name="compute_blocks")
+    rnd = b.div(u32, task, workers, name="round")
+    end = b.mad(u32, rnd, workers, workers, mode="lo", name="round_end")
+    flip = b.setp("le", u32, end, ctx.p.tasks, combine="and",
+                  c=b.setp("ne", u32, b.and_("b32", rnd, 1), 0, name="odd_round"), name="reversed_round")
+    mirror = b.sub(u32, b.add(u32, b.sub(u32, end, 1), b.mul(u32, rnd, workers, mode="lo")), task, name="mirrored")
+    return b.selp(u32, mirror, task, flip, name="balanced_task")
+
+
 class Plan:
     """Single-GPU attention: tasks (batch, head, query block) in the order of the module docstring; one
     run of keys, the whole K/V of the (batch, head)."""
+
+    drawn = False      # tasks drawn from a counter: no zigzag rounds (the drawing balances)
+
+    def __init__(self, drawn: bool = False):
+        self.drawn = drawn
 
     def tasks(self, ctx):
         return ctx.p.tasks
@@ -178,10 +202,13 @@ class Plan:
 
     def task(self, ctx, task) -> Task:
         """The last query block first: with ``by_query_block`` the tasks of one query block (over every
-        batch and head) are adjacent, else those of one (batch, head); drawn in this order, longest
-        first, by whichever block frees up. The blocks end at the last row, so a partial block is the first one: with a causal mask the one that sees the
+        batch and head) are adjacent, else those of one (batch, head); with a fixed stride, rounds
+        :func:`zigzag`; drawn, in this order (longest first) by whichever block frees up. The blocks
+        end at the last row, so a partial block is the first one: with a causal mask the one that sees the
         fewest keys (at the end, the rows it pads would run the longest task for nothing)."""
         b = ctx.b
+        if not self.drawn:
+            task = zigzag(ctx, task)
         q_blocks, heads = ctx.p.q_blocks, ctx.p.heads
         by_block = b.setp("ne", u32, ctx.p.by_query_block, 0, name="by_query_block")
         heads_total = b.div(u32, ctx.p.tasks, q_blocks, name="heads_total")
@@ -493,15 +520,18 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
 
 
 def build(cfg: Config = Config()):
-    """Tasks drawn from ``task_counter`` (two u32 words, zero before the first launch on a stream; the
-    launch leaves them so) as blocks free up, so blocks that start late, behind other kernels, take no
-    fixed share with them."""
+    """With ``cfg.drawn``, tasks are drawn from ``task_counter`` (two u32 words, zero before the first
+    launch on a stream; each launch leaves them so), so blocks that start late, behind other kernels,
+    take no fixed share with them."""
+    if not cfg.drawn:
+        return template(cfg).build(**roles(cfg), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+
     def epilogue(ctx):
         ctx.b.bulk_wait_group(0)
         release_task_counter(ctx, ctx.b.load_param("task_counter"))
 
-    return template(cfg).build(**roles(cfg), task_counter=lambda ctx: ctx.b.load_param("task_counter"),
-                               epilogue=epilogue)
+    return template(cfg).build(**roles(cfg, Plan(drawn=True)), epilogue=epilogue,
+                               task_counter=lambda ctx: ctx.b.load_param("task_counter"))
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, scale: float | None = None):
@@ -525,22 +555,24 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     return out, lse
 
 
-def default_config(dtype: str, head_dim: int) -> Config:
+def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     """The configuration the op launches, for either mask (measured on the H200, bench/RESULTS.md
     2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
     so the next task's Q loads while this one runs. At D=128 their registers come from the loader
     warpgroup with setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded
     through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
-    idle while both run their softmax). At D=64 the second Q buffer adds 5-14 % at 1-4k keys; there too
-    the consumers take registers from the loader (153 a thread): since tasks are drawn from a counter
-    (the consumers wait for each drawn task), 128 spill. The warpgroups' turns (``pingpong``), the
+    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
+    adds 5-14 % at 1-4k keys. ``drawn`` (the op's choice in a context of fewer SMs than the device,
+    e.g. an MPS share: there a fixed stride doubled the time beside other ranks' kernels): the consumers
+    wait for each drawn task, so at D=64 they take registers from the loader too (153), where 128
+    spill; at D=128 the driver's JIT leaves 8 bytes of local memory. The warpgroups' turns (``pingpong``), the
     ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
     rescale threshold and skipping the K/V blocks a warpgroup's rows do not see measured slower or
     within noise."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
 
 
 LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]
@@ -548,4 +580,5 @@ LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128,
 
 def catalog():
     for launched in LAUNCHED:
-        yield build(default_config(*launched))
+        for drawn in (False, True):
+            yield build(default_config(*launched, drawn=drawn))
