@@ -12,6 +12,7 @@ import math
 from ..launch import Device, LaunchConfig, empty
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
+from ..launch import mps
 from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS
@@ -33,6 +34,13 @@ def grid_size(kernel, tasks: int) -> int:
     """Blocks of the persistent attention grid (the one place that sizes it): what this context can hold
     at once (pkptx.launch.occupancy), at most one per task."""
     return persistent_grid(kernel, work=tasks)
+
+
+def shares_the_gpu(device) -> bool:
+    """Whether other processes' kernels may run beside this one's: an MPS client (its SM count already
+    reads as its share) or a context limited to fewer SMs than the device (a green context). Then some
+    blocks of a persistent grid may start only when others end, and the op draws tasks."""
+    return mps.in_client_env() or context_sm_count(device) < device.sm_count
 
 
 def task_counter(device, stream) -> DeviceArray:
@@ -120,8 +128,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *shape_dtype(lse),
         causal=causal, scale=scale)
     device = Device.current()
-    drawn = context_sm_count(device) < device.sm_count      # an MPS share or a green context
-    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=drawn)
+    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=shares_the_gpu(device))
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")

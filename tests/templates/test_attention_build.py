@@ -187,6 +187,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(op, "load", load)
     arrays = iter(range(1, 100))
     launched["context_sms"] = context_sms
+    monkeypatch.setattr(op.mps, "in_client_env", lambda: False)
     return launched, lambda shape, dtype=BF: DeviceArray(0x100000 * next(arrays), shape, dtype)
 
 
@@ -213,8 +214,8 @@ def test_attention_host_path_passes_every_parameter(fake_gpu):
 
 
 def test_attention_draws_its_tasks_in_a_partial_context(fake_gpu):
-    """In a context of fewer SMs than the device (an MPS share) the op launches the drawn kernel with
-    its per-stream counter; on the whole device, the fixed stride and no counter."""
+    """In a context of fewer SMs than the device (a green context) the op launches the drawn kernel
+    with its per-stream counter; on the whole device, the fixed stride and no counter."""
     import pkptx
     launched, array = fake_gpu
     q = array((1, 300, 4, 64))
@@ -222,8 +223,18 @@ def test_attention_draws_its_tasks_in_a_partial_context(fake_gpu):
     assert launched[kernel.__name__].calls[0][1]["task_counter"] == 0
     launched["context_sms"][0] = 66
     pkptx.attention(q, q, q, causal=True)
-    fake = launched[kernel.__name__]
-    assert fake.calls[1][1]["task_counter"] == 0x2000
+    assert launched[kernel.__name__].calls[1][1]["task_counter"] == 0x2000
+
+
+def test_attention_draws_its_tasks_under_mps(fake_gpu, monkeypatch):
+    """An MPS client's SM count already reads as its share: being a client is enough."""
+    import pkptx
+    import pkptx.ops.attention as op
+    launched, array = fake_gpu
+    monkeypatch.setattr(op.mps, "in_client_env", lambda: True)
+    q = array((1, 300, 4, 128))
+    pkptx.attention(q, q, q)
+    assert launched[kernel.__name__].calls[0][1]["task_counter"] == 0x2000
 
 
 def test_merge_host_path(fake_gpu):

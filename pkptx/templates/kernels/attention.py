@@ -11,7 +11,7 @@ threshold. A persistent grid walks (batch, head, query block) tasks: head by hea
 (blocks of one head run together and share K/V in L2); for causal attention query block by query
 block, the longest first, so the static stride hands every block a mix of long and short tasks (head by
 head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
-In a context of fewer SMs than the device (an MPS share) the blocks draw the tasks from a counter
+Under MPS, or in a context of fewer SMs than the device, the blocks draw the tasks from a counter
 instead (``Config.drawn``): there a block may start only when another ends, and with a fixed stride it
 would then run a share of its own after the others (twice the time beside other ranks' kernels).
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
@@ -563,8 +563,8 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
     idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
-    adds 5-14 % at 1-4k keys. ``drawn`` (the op's choice in a context of fewer SMs than the device,
-    e.g. an MPS share: there a fixed stride doubled the time beside other ranks' kernels): the consumers
+    adds 5-14 % at 1-4k keys. ``drawn`` (the op's choice under MPS or in a context of fewer SMs than
+    the device: there a fixed stride doubled the time beside other ranks' kernels): the consumers
     wait for each drawn task, so at D=64 they take registers from the loader too (153), where 128
     spill; at D=128 the driver's JIT leaves 8 bytes of local memory. The warpgroups' turns (``pingpong``), the
     ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
