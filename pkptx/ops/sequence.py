@@ -45,10 +45,11 @@ from .plan import Kept, buffer_key, heap_state, run_kept
 
 SM_FLOPS = 4.5e12             # attention FLOP/s of one H200 SM (bf16; ~600 TFLOP/s over 132 SMs)
 MIN_COMM_SMS = 8              # communicators at least (a quarter of the SMs at most): auto_comm_sms
-SM_PUSH = 6e9                 # bytes/s one communicator block moves beside a running attention (ring or
-                              # Ulysses pieces): H200, MPS, 2 and 4 ranks, 8 communicators (bench/RESULTS.md
-                              # 2026-12-04; a block alone pushes ~40 GB/s, into a peer as locally:
-                              # probe/push_probe.py, probe/peer_push_probe.py)
+SM_PUSH = 6e9                 # bytes/s a communicator block averaged over the fused launch (ring or Ulysses
+                              # pieces): H200, MPS, 2 and 4 ranks, 8 communicators (bench/RESULTS.md
+                              # 2026-12-04). Not its copy rate: a block pushes ~40 GB/s alone and 35-37 GB/s
+                              # beside an attention (probe/push_probe.py, probe/push_beside_probe.py, H100,
+                              # 2026-12-05); kept, as MIN_COMM_SMS decides at every benchmarked shape
 HEAP_SLACK = 8 << 20          # room beside the receive buffers for flag arrays and peer tables
 BOX5 = (1,) + BOX             # (B, chunk slot, rows, H, D) views: one 64 x 64 box of one (batch, slot, head)
 
