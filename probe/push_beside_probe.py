@@ -1,14 +1,15 @@
-"""Why do the ring's communicators crawl beside the attention? Each rank pushes ``BESIDE_PROBE_BYTES`` per
-block from ``BESIDE_PROBE_BLOCKS`` blocks into the next rank's symmetric buffer while the rest of its SMs
-run a load, every rank at once (one GPU: under MPS, e.g. ``python -m pkptx mps run --ranks 4 -- mpirun -n 4
-python probe/push_beside_probe.py``). Loads: none; pkptx.attention (B=4, S=``BESIDE_PROBE_SEQ``, H=16,
-D=128, the ring's compute); ``spin`` (one thread per block polls a flag with ``ld.acquire.sys``, as the
-ring's loaders wait for a piece); ``fma`` (every thread runs dependent f32 FMAs: power and clocks, no
-memory); ``l2`` (12 lanes a block bulk-load 16 KiB chunks of a 32 MiB buffer over and over: L2 reads, as the
-attention's K/V loads, without its compute). Paths: the ring's bounce lanes (12 x 16 KiB bulk copies), all_gather's register copies
-(256 threads x 8 vectors), Ulysses' TMA boxes. The push is launched first, the load right after on a
+"""Why do the ring's communicators crawl beside the attention? Each rank pushes ``BESIDE_PROBE_BYTES`` per block
+from ``BESIDE_PROBE_BLOCKS`` blocks into the next rank's symmetric buffer while the rest of its SMs run a
+load, every rank at once (one GPU: under MPS, e.g. ``python -m pkptx mps run --ranks 4 -- mpirun -n 4 python
+probe/push_beside_probe.py``). Loads: none; pkptx.attention (B=4, S=``BESIDE_PROBE_SEQ``, H=16, D=128, the
+ring's compute); ``spin`` (one thread per block polls a flag with ``ld.acquire.sys``, as the ring's loaders
+wait for a piece); ``fma`` (every thread runs dependent f32 FMAs: power and clocks, no memory); ``l2`` (12
+lanes a block bulk-load 16 KiB chunks of a 32 MiB buffer over and over: L2 reads, as the attention's K/V
+loads, without its compute). Paths: the ring's bounce lanes (12 x 16 KiB bulk copies), all_gather's register
+copies (256 threads x 8 vectors), Ulysses' TMA boxes. The push is launched first, the load right after on a
 second stream; the push's CUDA-event time gives GB/s, the load's its slowdown. The copy engine path
-(``cuMemcpyDtoDAsync`` into the peer, no SMs) shows what pushes cost when they leave the SMs alone. Rank 0 prints the table. Not a test."""
+(``cuMemcpyDtoDAsync`` into the peer, no SMs) shows what pushes cost when they leave the SMs alone. Rank 0
+prints the table. Not a test."""
 import os
 import sys
 
@@ -157,8 +158,8 @@ def main():
         for i, (load_name, path_name, ok, t, gbs, load_ms) in enumerate(rows):
             per_rank = [r[i][4] for r in all_rows]
             oks = all(r[i][2] for r in all_rows)
-            print(f"| {load_name} | {path_name} | {oks} | {t:.3f} | {load_ms:.3f} | {min(per_rank):.1f}..{max(per_rank):.1f} | "
-                  f"{min(per_rank) / BLOCKS:.2f} |", flush=True)
+            print(f"| {load_name} | {path_name} | {oks} | {t:.3f} | {load_ms:.3f} | "
+                  f"{min(per_rank):.1f}..{max(per_rank):.1f} | {min(per_rank) / BLOCKS:.2f} |", flush=True)
     heap.close()
     world.close()
 

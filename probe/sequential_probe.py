@@ -1,11 +1,11 @@
-"""Why is bench_sp's sequential composition (all_gather of K/V, then attention, timed as one unit) so much
-slower than its two steps timed one by one? Each rank times, at the ring's shape (B=4, H=16, D=128, its
-shard of ``SEQ_PROBE_TOKENS`` queries against all keys): the attention alone, ranks taking turns (the
-others wait on the host); the attention on every rank at once (queued back to back, as bench_sp's step);
-the same with a tiny all_gather before each repeat (ranks in step); the gather of K/V alone; and gather
-then attention (bench_sp's sequential); ring_attention in step; the attention in step on fewer SMs (its
-grid cut to the share less 8, and to half: is it bound by the memory the ranks share?). Run under MPS (``python -m pkptx mps run --ranks N -- mpirun -n N
-python probe/sequential_probe.py``). Rank 0 prints every rank's median ms. Not a test."""
+"""Why is bench_sp's sequential composition (all_gather of K/V, then attention, timed as one unit) so much slower
+than its two steps timed one by one? Each rank times, at the ring's shape (B=4, H=16, D=128, its shard of
+``SEQ_PROBE_TOKENS`` queries against all keys): the attention alone, ranks taking turns (the others wait on
+the host); the attention on every rank at once (queued back to back, as bench_sp's step); the same with a tiny
+all_gather before each repeat (ranks in step); the gather of K/V alone; and gather then attention (bench_sp's
+sequential); ring_attention in step; the attention in step on fewer SMs (its grid cut to the share less 8, and
+to half: is it bound by the memory the ranks share?). Run under MPS (``python -m pkptx mps run --ranks N --
+mpirun -n N python probe/sequential_probe.py``). Rank 0 prints every rank's median ms. Not a test."""
 import os
 import sys
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 
-from ..launch import Device, LaunchConfig, empty
+from ..launch import Device, LaunchConfig, empty, mps
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
-from ..launch import mps
 from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS
@@ -141,7 +140,8 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         tmap_q=tensor_map(q, BOX), tmap_k=tensor_map(k, BOX), tmap_v=tensor_map(v, BOX),
         tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
-        scale_log2=scale * math.log2(math.e), by_query_block=int(causal), task_counter=task_counter(device, stream).ptr if cfg.drawn else 0, rank=0, world=1,
+        scale_log2=scale * math.log2(math.e), by_query_block=int(causal),
+        task_counter=task_counter(device, stream).ptr if cfg.drawn else 0, rank=0, world=1,
         status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0).launch
 

@@ -566,10 +566,10 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     adds 5-14 % at 1-4k keys. ``drawn`` (the op's choice under MPS or in a context of fewer SMs than
     the device: there a fixed stride doubled the time beside other ranks' kernels): the consumers
     wait for each drawn task, so at D=64 they take registers from the loader too (153), where 128
-    spill; at D=128 the driver's JIT leaves 8 bytes of local memory. The warpgroups' turns (``pingpong``), the
-    ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
-    rescale threshold and skipping the K/V blocks a warpgroup's rows do not see measured slower or
-    within noise."""
+    spill; at D=128 the driver's JIT leaves 8 bytes of local memory (H100, 2026-12-05). The
+    warpgroups' turns (``pingpong``), the ``overlap`` loop (also with turns, and at D=64 causal on 3
+    K/V stages), a third K/V stage, the rescale threshold and skipping the K/V blocks a warpgroup's rows
+    do not see measured slower or within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
