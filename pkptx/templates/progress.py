@@ -107,7 +107,7 @@ def release_task_counter(ctx, counter: Reg) -> None:
     0 for the next launch on the stream. Call after the closing ``bar.sync`` (every draw of the block is
     done). No block waits on another, so no tickets are needed: a block that is not resident until
     others finish draws what is left, where a fixed stride would hand it a share to run after them
-    (under MPS beside other ranks' kernels this doubled the attention's time, bench/RESULTS.md).
+    (under MPS beside other ranks' kernels the attention took 1.4-1.7x its drawn time, bench/RESULTS.md).
 
     PTX (thread 0): ``atom.acq_rel.gpu.global.add.u32 done, [counter+4], 1;`` and, where ``done + 1 ==
     %nctaid.x``: ``st.relaxed.gpu.global.u32 [counter], 0; st.relaxed.gpu.global.u32 [counter+4], 0;``.

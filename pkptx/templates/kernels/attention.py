@@ -13,7 +13,7 @@ block, the longest first, so the static stride hands every block a mix of long a
 head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
 Under MPS, or in a context of fewer SMs than the device, the blocks draw the tasks from a counter
 instead (``Config.drawn``): there a block may start only when another ends, and with a fixed stride it
-would then run a share of its own after the others (twice the time beside other ranks' kernels).
+would then run a share of its own after the others (1.4-1.7x the time beside other ranks' kernels).
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
 warpgroups, before row 0) cost least. The compute side of the LCSC template; attention_parts holds the
 layout and the softmax.
@@ -564,7 +564,7 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
     idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
     adds 5-14 % at 1-4k keys. ``drawn`` (the op's choice under MPS or in a context of fewer SMs than
-    the device: there a fixed stride doubled the time beside other ranks' kernels): the consumers
+    the device: there a fixed stride took 1.4-1.7x the time beside other ranks' kernels): the consumers
     wait for each drawn task, so at D=64 they take registers from the loader too (153), where 128
     spill; at D=128 the driver's JIT leaves 8 bytes of local memory (H100, 2026-12-05). The
     warpgroups' turns (``pingpong``), the ``overlap`` loop (also with turns, and at D=64 causal on 3
