@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..launch import Device, LaunchConfig, empty, mps
-from ..launch.occupancy import context_sm_count, persistent_grid
+from ..launch.occupancy import context_is_partial, context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
 from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
@@ -39,7 +39,7 @@ def shares_the_gpu(device) -> bool:
     """Whether other processes' kernels may run beside this one's: an MPS client (its SM count already
     reads as its share) or a context limited to fewer SMs than the device (a green context). Then some
     blocks of a persistent grid may start only when others end, and the op draws tasks."""
-    return mps.in_client_env() or context_sm_count(device) < device.sm_count
+    return mps.in_client_env() or context_is_partial(device)
 
 
 def task_counter(device, stream) -> DeviceArray:

@@ -180,6 +180,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(op, "empty", lambda shape, dtype, stream=None: DeviceArray(0x900000, shape, dtype))
     monkeypatch.setattr(op, "persistent_grid", lambda kernel, work: min(work, 132))
     monkeypatch.setattr(op, "context_sm_count", lambda dev=None: context_sms[0])
+    monkeypatch.setattr(op, "context_is_partial", lambda dev=None: context_sms[0] < 132)
     context_sms = [132]
 
     def load(factory, cfg, dev):
