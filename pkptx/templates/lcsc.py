@@ -165,8 +165,8 @@ class Template:
         ``task_counter(ctx)``: the global address of a u32 that is 0 when the launch starts (the caller
         resets it between launches: :func:`.progress.close_barrier`'s ``leave``, or without tickets
         :func:`.progress.release_task_counter`). Compute tasks are then drawn from it one at a time, in
-        order, by each block's loader as it frees up (``atom.relaxed.gpu.add``: it orders no data, only who does
-        what), and handed to the block's other roles through a ring of :data:`TASK_STAGES` shared slots
+        order, by each block's loader as it frees up (``atom.relaxed.gpu.add``: it orders no data, only
+        who does what), and handed to the block's other roles through a ring of :data:`TASK_STAGES` shared slots
         (:meth:`_draw`), instead of the fixed stride. ``comm_joins`` (with a counter): communicator
         blocks draw compute tasks too once their own walk is done, so SMs that finish communicating
         early are not left idle; their buffers are the compute side's again after a ``bar.sync``

@@ -188,10 +188,8 @@ class Plan:
     """Single-GPU attention: tasks (batch, head, query block) in the order of the module docstring; one
     run of keys, the whole K/V of the (batch, head)."""
 
-    drawn = False      # tasks drawn from a counter: no zigzag rounds (the drawing balances)
-
     def __init__(self, drawn: bool = False):
-        self.drawn = drawn
+        self.drawn = drawn      # tasks drawn from a counter: no zigzag rounds (the drawing balances)
 
     def tasks(self, ctx):
         return ctx.p.tasks

@@ -140,6 +140,7 @@ class PeerPlan(attention.Plan):
     """What the ring and Ulysses plans share: the consumers' later budget."""
 
     def __init__(self, cfg):
+        super().__init__(drawn=True)     # communicating() draws the compute tasks
         self.cfg = cfg
 
     def consumer_deadline(self, ctx):
