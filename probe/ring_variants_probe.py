@@ -44,7 +44,8 @@ def main():
     results = {}
     for n in LENGTHS:
         s = n // w
-        q, out, ring_out = from_numpy(rand(batch, s, h, d)), empty((batch, s, h, d), bf16), empty((batch, s, h, d), bf16)
+        q = from_numpy(rand(batch, s, h, d))
+        out, ring_out = empty((batch, s, h, d), bf16), empty((batch, s, h, d), bf16)
         k_shard, v_shard = heap.alloc((batch, s, h, d), bf16), heap.alloc((batch, s, h, d), bf16)
         k_full, v_full = heap.alloc((batch, n, h, d), bf16), heap.alloc((batch, n, h, d), bf16)
         k_shard.local.copy_from_numpy(rand(batch, s, h, d))
@@ -70,7 +71,8 @@ def main():
             att = [every[r][n][0] for r in range(w)]
             ring_step = [every[r][n][1] for r in range(w)]
             ring_free = [every[r][n][2] for r in range(w)]
-            print(f"| {w} | {os.environ.get('RING_LABEL', VARIANT)} | {n} | {max(att):.3f} | {max(ring_step):.3f} | {max(ring_free):.3f} | "
+            label = os.environ.get("RING_LABEL", VARIANT)
+            print(f"| {w} | {label} | {n} | {max(att):.3f} | {max(ring_step):.3f} | {max(ring_free):.3f} | "
                   f"{max(ring_step) / max(att):.3f} | {every[0][n][3]:.2g} |", flush=True)
     heap.close()
     world.close()
