@@ -4,7 +4,8 @@ disk cache keys on the source, not on these patches): ``normal``; ``nowait``: th
 peer's piece (results wrong, the pushes run as before); ``nopush``: the communicators raise the flags
 without moving data; ``neither``: both (the ring's runs and maps over whatever the slots hold). Each is
 timed in step (a tiny all_gather before each repeat, its time subtracted), beside the attention over
-gathered K/V in step. B=4, H=16, D=128, non-causal, ``RING_PROBE_TOKENS`` lengths. Not a test."""
+gathered K/V in step. B=4, H=16, D=128, non-causal, ``RING_PROBE_TOKENS`` lengths; ``RING_LABEL`` names
+the row (probe/ring_variants.sh; ``PKG`` there runs another checkout's package). Not a test."""
 import os
 import sys
 
@@ -22,6 +23,11 @@ LENGTHS = [int(n) for n in os.environ.get("RING_PROBE_TOKENS", "3072,24576").spl
 
 
 def patch():
+    """Take the variant's parts out of the ring kernel's module; refuse one this source does not have."""
+    if VARIANT not in ("normal", "nowait", "nopush", "neither"):
+        sys.exit(f"RING_VARIANT must be normal, nowait, nopush or neither, got {VARIANT!r}")
+    if VARIANT in ("nopush", "neither") and not hasattr(ring_attention, "stream_copy"):
+        sys.exit(f"RING_VARIANT={VARIANT}: this ring kernel does not push through stream_copy")
     if VARIANT in ("nowait", "neither"):
         ring_attention.await_piece = lambda ctx, *args, **kwargs: ctx.b.fence_proxy_async("global")
     if VARIANT in ("nopush", "neither"):
