@@ -23,6 +23,13 @@ SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 163
           (4, 16, 8192, 128), (1, 32, 16384, 128)]
 CANDIDATES = {64: [Config(head_dim=64, consumers=3), Config(head_dim=64, consumers=3, rebalance=True)],
               128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True)]}
+if os.environ.get("PROBE_SET") == "short":   # short causal sequences: 128-row blocks, 64-key stages
+    CANDIDATES = {64: [Config(head_dim=64, consumers=3), Config(head_dim=64, consumers=2),
+                       Config(head_dim=64, consumers=2, block_k=64, stages=3),
+                       Config(head_dim=64, consumers=3, block_k=64, stages=3)],
+                  128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
+                        Config(head_dim=128, consumers=2), Config(head_dim=128, consumers=2, block_k=64, stages=3)]}
+    SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (32, 16, 1024, 128), (16, 16, 2048, 128)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

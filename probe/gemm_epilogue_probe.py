@@ -1,0 +1,88 @@
+"""How much of a GEMM's time is the epilogue the tensor cores wait for: per shape, cuBLAS, pkptx.gemm as
+planned, and the same schedule built with a store hook that stores nothing (wrong C, same K loop, same
+tile order). The difference is what an epilogue overlapped with the next tile's K loop could win back.
+Needs a GPU and torch.
+
+    python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES = [(8192, 8192, 1024), (3000, 5000, 2000), (4096, 4096, 4096), (6144, 2048, 4096), (1024, 3072, 768),
+          (8192, 8192, 8192)]
+
+
+def build_without_store(cfg):
+    """The GEMM kernel whose warpgroups drop their finished tiles (the K loop and tile order unchanged)."""
+    from pkptx.isa import f32
+    from pkptx.templates.kernels import gemm as kernel
+    t = kernel.template(cfg, f"gemm_nostore_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}", params=(kernel.C_PARAM,),
+                        progress=False)
+
+    def keep_alive(ctx, acc, tm, tn, wg, staging):
+        """Sum the accumulators and trap on a value no product here makes: the K loop's results stay
+        live (with no use at all, ptxas drops the wgmma), nothing is stored."""
+        b = ctx.b
+        total = acc[0]
+        for value in acc.items[1:]:
+            total = b.add(f32, total, value, name="acc_sum")
+        b.trap(pred=b.setp("eq", f32, total, 1.2345e38, name="never"))
+
+    return t.build(**kernel.roles(cfg, store=keep_alive))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list (default: the built-in list)")
+    args = ap.parse_args(argv)
+    import torch
+
+    from pkptx.bench.common import event_ms
+    from pkptx.launch import Device, Stream
+    from pkptx.launch.occupancy import context_sm_count
+    from pkptx.ops import gemm as op
+    from pkptx.ops import launches
+    from pkptx.ops.gemm_plan import plan
+    from pkptx.templates.kernels import gemm as kernel
+
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    dev = Device.current()
+    sms, smem = context_sm_count(dev), dev.smem_per_block_optin
+    stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+    print(f"# {dev.name}, {sms} SMs; repeats {args.repeats}; median CUDA-event us")
+    print("| shape | schedule | cuBLAS us | pkptx us | without store us | store share | cuBLAS / pkptx |")
+    print("|---|---|---|---|---|---|---|")
+    real_build = kernel.build
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
+        if chosen.splits > 1:
+            print(f"| {m}x{n}x{k} | {chosen.label} | split-K schedule: not probed |")
+            continue
+        cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
+        c.fill_(float("nan"))
+        op.gemm(a, b, c, stream=stream, config=chosen)
+        err = ((c.float() - a.float() @ b.float().T).norm() / (a.float() @ b.float().T).norm()).item()
+        ours = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=chosen), stream, repeats=args.repeats)
+        kernel.build = build_without_store
+        try:
+            launches.clear()
+            bare = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=chosen), stream, repeats=args.repeats)
+        finally:
+            kernel.build = real_build
+            launches.clear()
+        print(f"| {m}x{n}x{k} | {chosen.label} (err {err:.1e}) | {cublas * 1e3:.1f} | {ours * 1e3:.1f} | "
+              f"{bare * 1e3:.1f} | {1 - bare / ours:.3f} | {cublas / ours:.3f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
