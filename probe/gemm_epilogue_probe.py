@@ -1,7 +1,7 @@
 """How much of a GEMM's time is the epilogue the tensor cores wait for: per shape, cuBLAS, pkptx.gemm as
-planned, and the same schedule built with a store hook that stores nothing (wrong C, same K loop, same
-tile order). The difference is what an epilogue overlapped with the next tile's K loop could win back.
-Needs a GPU and torch.
+planned, the same schedule built with a store hook that stores nothing (wrong C, same K loop, same tile
+order), and schedules whose staging holds a whole 64-row slab (``/st32``: one pass, so no pass waits for
+TMA to read the one before; a stage fewer at 128 x 256). Needs a GPU and torch.
 
     python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...]
 """
@@ -48,39 +48,45 @@ def main(argv=None) -> int:
     from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops import gemm as op
     from pkptx.ops import launches
-    from pkptx.ops.gemm_plan import plan
+    from pkptx.ops.gemm_plan import GemmConfig, plan
     from pkptx.templates.kernels import gemm as kernel
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dev = Device.current()
     sms, smem = context_sm_count(dev), dev.smem_per_block_optin
     stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
-    print(f"# {dev.name}, {sms} SMs; repeats {args.repeats}; median CUDA-event us")
-    print("| shape | schedule | cuBLAS us | pkptx us | without store us | store share | cuBLAS / pkptx |")
-    print("|---|---|---|---|---|---|---|")
+    extra = [GemmConfig(128, 256, 3, staging_kb=32), GemmConfig(128, 192, 4), GemmConfig(128, 192, 4, staging_kb=32)]
+    print(f"# {dev.name}, {sms} SMs; repeats {args.repeats}; median CUDA-event us; store share = 1 - without / with")
+    print("| shape | schedule | rel err | us | cuBLAS / this |")
+    print("|---|---|---|---|---|")
     real_build = kernel.build
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
-        if chosen.splits > 1:
-            print(f"| {m}x{n}x{k} | {chosen.label} | split-K schedule: not probed |")
-            continue
+        ref = a.float() @ b.float().T
+        name = f"{m}x{n}x{k}"
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
-        c.fill_(float("nan"))
-        op.gemm(a, b, c, stream=stream, config=chosen)
-        err = ((c.float() - a.float() @ b.float().T).norm() / (a.float() @ b.float().T).norm()).item()
-        ours = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=chosen), stream, repeats=args.repeats)
-        kernel.build = build_without_store
-        try:
-            launches.clear()
-            bare = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=chosen), stream, repeats=args.repeats)
-        finally:
-            kernel.build = real_build
-            launches.clear()
-        print(f"| {m}x{n}x{k} | {chosen.label} (err {err:.1e}) | {cublas * 1e3:.1f} | {ours * 1e3:.1f} | "
-              f"{bare * 1e3:.1f} | {1 - bare / ours:.3f} | {cublas / ours:.3f} |", flush=True)
+        print(f"| {name} | cuBLAS | - | {cublas * 1e3:.1f} | 1.000 |")
+        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
+        for cfg in [chosen] + [x for x in extra if x != chosen]:
+            c.fill_(float("nan"))
+            op.gemm(a, b, c, stream=stream, config=cfg)
+            err = ((c.float() - ref).norm() / ref.norm()).item()
+            ours = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
+            mark = " (planned)" if cfg == chosen else ""
+            print(f"| {name} | {cfg.label}{mark} | {err:.1e} | {ours * 1e3:.1f} | {cublas / ours:.3f} |", flush=True)
+            if cfg.splits > 1:
+                continue
+            kernel.build = build_without_store
+            try:
+                launches.clear()
+                bare = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
+            finally:
+                kernel.build = real_build
+                launches.clear()
+            print(f"| {name} | {cfg.label} without store (share {1 - bare / ours:.3f}) | - | {bare * 1e3:.1f} | "
+                  f"{cublas / bare:.3f} |", flush=True)
     return 0
 
 
