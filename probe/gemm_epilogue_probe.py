@@ -1,7 +1,9 @@
 """How much of a GEMM's time is the epilogue the tensor cores wait for: per shape, cuBLAS, pkptx.gemm as
 planned, the same schedule built with a store hook that stores nothing (wrong C, same K loop, same tile
 order), and schedules whose staging holds a whole 64-row slab (``/st32``: one pass, so no pass waits for
-TMA to read the one before; a stage fewer at 128 x 256). Needs a GPU and torch.
+TMA to read the one before; a stage fewer at 128 x 256); and the planned schedule with its tensor maps
+asking for L2 promotion (``l2=256``: a TMA load pulls 256-byte L2 lines; pkptx asks for none). Needs a
+GPU and torch.
 
     python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...]
 """
@@ -14,7 +16,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(8192, 8192, 1024), (3000, 5000, 2000), (4096, 4096, 4096), (6144, 2048, 4096), (1024, 3072, 768),
-          (8192, 8192, 8192)]
+          (8192, 8192, 8192), (16, 8192, 8192), (128, 8192, 8192), (2048, 2048, 16384)]
+
+
+def promoted(tensor_map_class, l2: int):
+    """TensorMap.tiled with ``l2_promotion=l2`` unless given (restore with the returned original)."""
+    original = tensor_map_class.__dict__["tiled"]
+    plain = original.__get__(None, tensor_map_class)
+
+    def tiled(*args, **kwargs):
+        kwargs.setdefault("l2_promotion", l2)
+        return plain(*args, **kwargs)
+
+    tensor_map_class.tiled = staticmethod(tiled)
+    return original
 
 
 def build_without_store(cfg):
@@ -49,7 +64,12 @@ def main(argv=None) -> int:
     from pkptx.ops import gemm as op
     from pkptx.ops import launches
     from pkptx.ops.gemm_plan import GemmConfig, plan
+    from pkptx.launch.tensormap import TensorMap
     from pkptx.templates.kernels import gemm as kernel
+
+    def fresh():
+        launches.clear()
+        launches._tensor_maps.clear()
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dev = Device.current()
@@ -69,22 +89,36 @@ def main(argv=None) -> int:
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
         print(f"| {name} | cuBLAS | - | {cublas * 1e3:.1f} | 1.000 |")
         chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
-        for cfg in [chosen] + [x for x in extra if x != chosen]:
+        for cfg in [chosen] + [x for x in extra if x != chosen and m >= 1024]:
             c.fill_(float("nan"))
             op.gemm(a, b, c, stream=stream, config=cfg)
             err = ((c.float() - ref).norm() / ref.norm()).item()
             ours = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
             mark = " (planned)" if cfg == chosen else ""
             print(f"| {name} | {cfg.label}{mark} | {err:.1e} | {ours * 1e3:.1f} | {cublas / ours:.3f} |", flush=True)
+            if cfg == chosen:
+                for l2 in (128, 256):
+                    original = promoted(TensorMap, l2)
+                    try:
+                        fresh()
+                        c.fill_(float("nan"))
+                        op.gemm(a, b, c, stream=stream, config=cfg)
+                        err = ((c.float() - ref).norm() / ref.norm()).item()
+                        t = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
+                    finally:
+                        TensorMap.tiled = original
+                        fresh()
+                    print(f"| {name} | {cfg.label} l2={l2} | {err:.1e} | {t * 1e3:.1f} | {cublas / t:.3f} |",
+                          flush=True)
             if cfg.splits > 1:
                 continue
             kernel.build = build_without_store
             try:
-                launches.clear()
+                fresh()
                 bare = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
             finally:
                 kernel.build = real_build
-                launches.clear()
+                fresh()
             print(f"| {name} | {cfg.label} without store (share {1 - bare / ours:.3f}) | - | {bare * 1e3:.1f} | "
                   f"{cublas / bare:.3f} |", flush=True)
     return 0
