@@ -1,7 +1,8 @@
 """How much of a GEMM's time is the epilogue the tensor cores wait for: per shape, cuBLAS, pkptx.gemm as
 planned, the same schedule built with a store hook that stores nothing (wrong C, same K loop, same tile
 order), and schedules whose staging holds a whole 64-row slab (``/st32``: one pass, so no pass waits for
-TMA to read the one before; a stage fewer at 128 x 256); and the planned schedule with its tensor maps
+TMA to read the one before; a stage fewer at 128 x 256), ping-pong schedules (``/pp``: 64-row tiles that
+two warpgroups take in turn, one's epilogue under the other's K loop); and the planned schedule with its tensor maps
 asking for L2 promotion (``l2=256``: a TMA load pulls 256-byte L2 lines; pkptx asks for none). Needs a
 GPU and torch.
 
@@ -75,7 +76,9 @@ def main(argv=None) -> int:
     dev = Device.current()
     sms, smem = context_sm_count(dev), dev.smem_per_block_optin
     stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
-    extra = [GemmConfig(128, 256, 3, staging_kb=32), GemmConfig(128, 192, 4), GemmConfig(128, 192, 4, staging_kb=32)]
+    extra = [GemmConfig(128, 256, 3, staging_kb=32), GemmConfig(128, 192, 4), GemmConfig(128, 192, 4, staging_kb=32),
+             GemmConfig(64, 256, 4, staging_kb=32, pingpong=True), GemmConfig(64, 256, 4, pingpong=True),
+             GemmConfig(64, 192, 5, staging_kb=32, pingpong=True), GemmConfig(64, 128, 8, pingpong=True)]
     print(f"# {dev.name}, {sms} SMs; repeats {args.repeats}; median CUDA-event us; store share = 1 - without / with")
     print("| shape | schedule | rel err | us | cuBLAS / this |")
     print("|---|---|---|---|---|")
