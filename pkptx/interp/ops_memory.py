@@ -147,4 +147,23 @@ def atomic(op, prog):
     return run
 
 
-TABLE = {"ld": ld, "st": st, "atom": atomic, "red": atomic}
+def stmatrix(op, prog):
+    """``stmatrix.sync.aligned.m8n8.x<n>.shared.b16 [a], {r0, ..}``: lanes 8i .. 8i+7 give the addresses of
+    matrix i's eight 16-byte rows; row j of matrix i is register i of lanes 4j .. 4j+3, in lane order."""
+    if op.mods.get("trans"):
+        raise UnsupportedError("stmatrix .trans is not modelled")
+    srcs = [reader(s, "b32") for s in vector_items(op.operands[1])]
+    addr, space, count = address(op.operands[0]), op.mods.get("space"), len(srcs)
+    rows = np.zeros(LANES, bool)
+    rows[:8 * count] = True
+
+    def run(w, mask):
+        if not mask.all():
+            raise UnsupportedError(w.describe("stmatrix is .aligned: every lane of the warp must execute it"))
+        data = np.zeros((LANES, 16), np.uint8)
+        data[:8 * count] = np.stack([s(w) for s in srcs]).astype(np.uint32).view(np.uint8).reshape(8 * count, 16)
+        access(w, op, space, addr(w), 16, rows, write=data)
+    return run
+
+
+TABLE = {"ld": ld, "st": st, "atom": atomic, "red": atomic, "stmatrix": stmatrix}

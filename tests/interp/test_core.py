@@ -177,6 +177,44 @@ def test_shfl_vote_atom_and_bar_sync():
     assert np.array_equal(out[:, 4], threads - 1 - t)
 
 
+@settings(max_examples=10, deadline=None)
+@given(count=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**16))
+def test_stmatrix_writes_each_lanes_pair_into_its_matrix_row(count, seed):
+    """stmatrix.x<n>: lane 8i + j names row j of matrix i (here at a random 16-byte slot); that row holds
+    register i of lanes 4j .. 4j+3. Read back through shared memory and compared with the model."""
+    rng = np.random.default_rng(seed)
+    slots = rng.permutation(64)[:8 * count].astype(np.uint32)
+    values = rng.integers(0, 2**32, (count, 32), dtype=np.uint64).astype(np.uint32)
+    k = Kernel("stm", [Param("out", u64, pointer=True), Param("slots", u64, pointer=True),
+                       Param("values", u64, pointer=True)], max_threads=32)
+    b = k.builder()
+    k.shared("tile", 64 * 16, 16)
+    tid = b.special("tid.x")
+    base = b.mov(u32, k.shared_symbols[0][0])
+    for i in range(64 * 4):
+        b.st(u32, address(base, 4 * i), 0, space="shared", pred=b.setp("eq", u32, tid, 0))
+    slot = b.ld(u32, address(b.mad(u64, b.cvt(u64, u32, b.min(u32, tid, 8 * count - 1)), 4, b.load_param("slots"),
+                                   mode="lo")), space="global")
+    regs = [b.ld(u32, address(b.mad(u64, b.cvt(u64, u32, b.add(u32, tid, 32 * i)), 4, b.load_param("values"),
+                                    mode="lo")), space="global") for i in range(count)]
+    b.bar_sync(0)
+    b.stmatrix(b.mad(u32, slot, 16, base, mode="lo"), regs)
+    b.bar_sync(0)
+    out = b.load_param("out")
+    for i in range(64 * 4 // 32):
+        word = b.add(u32, tid, 32 * i)
+        v = b.ld(u32, address(b.mad(u32, word, 4, base, mode="lo")), space="shared")
+        b.st(u32, address(b.mad(u64, b.cvt(u64, u32, word), 4, out, mode="lo")), v, space="global")
+    b.ret()
+    out = np.full(64 * 4, 7, np.uint32)
+    run(k, 1, 32, out, np.pad(slots, (0, 32 - 8 * count)), values.reshape(-1), seed=seed)
+    want = np.zeros((64, 4), np.uint32)
+    for i in range(count):
+        for j in range(8):
+            want[slots[8 * i + j]] = values[i, 4 * j:4 * j + 4]
+    assert np.array_equal(out.reshape(64, 4), want)
+
+
 def test_loop_with_divergent_trip_counts():
     """Lane t loops t times (a b.range with a register bound): min-PC execution reconverges after."""
     k = Kernel("loops", [Param("out", u64, pointer=True)], max_threads=64)
