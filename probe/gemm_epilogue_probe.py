@@ -1,11 +1,9 @@
 """How much of a GEMM's time is the epilogue the tensor cores wait for: per shape, cuBLAS, pkptx.gemm as
 planned, the same schedule built with a store hook that stores nothing (wrong C, same K loop, same tile
 order), the same with the tiles staged in shared memory but not stored (which half of the epilogue
-costs), and schedules whose staging holds a whole 64-row slab (``/st32``: one pass, so no pass waits for
-TMA to read the one before; a stage fewer at 128 x 256), ping-pong schedules (``/pp``: 64-row tiles that
-two warpgroups take in turn, one's epilogue under the other's K loop); and the planned schedule with its tensor maps
-asking for L2 promotion (``l2=256``: a TMA load pulls 256-byte L2 lines; pkptx asks for none). Needs a
-GPU and torch.
+costs), and the planned schedule with its tensor maps asking for L2 promotion (``l2=256``: a TMA load
+pulls 256-byte L2 lines; pkptx asks for none). The staging, ping-pong and stmatrix variants measured on
+2026-12-06 (bench/RESULTS.md) are on branch gemm-epilogue-variants. Needs a GPU and torch.
 
     python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...]
 """
@@ -62,8 +60,7 @@ def build_staging_only(cfg):
                         progress=False)
 
     def stage(ctx, acc, tm, tn, wg, staging):
-        stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
-                           staging_bytes=cfg.staging_kb * 1024, issue=lambda sub, off: None)
+        stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype, issue=lambda sub, off: None)
 
     return t.build(**kernel.roles(cfg, store=stage))
 
@@ -71,7 +68,6 @@ def build_staging_only(cfg):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--planned-only", action="store_true", help="no other schedules")
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list (default: the built-in list)")
     args = ap.parse_args(argv)
     import torch
@@ -81,7 +77,7 @@ def main(argv=None) -> int:
     from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops import gemm as op
     from pkptx.ops import launches
-    from pkptx.ops.gemm_plan import GemmConfig, plan
+    from pkptx.ops.gemm_plan import plan
     from pkptx.launch.tensormap import TensorMap
     from pkptx.templates.kernels import gemm as kernel
 
@@ -93,9 +89,6 @@ def main(argv=None) -> int:
     dev = Device.current()
     sms, smem = context_sm_count(dev), dev.smem_per_block_optin
     stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
-    extra = [GemmConfig(128, 256, 3, staging_kb=32), GemmConfig(128, 192, 4), GemmConfig(128, 192, 4, staging_kb=32),
-             GemmConfig(64, 256, 4, staging_kb=32, pingpong=True), GemmConfig(64, 256, 4, pingpong=True),
-             GemmConfig(64, 192, 5, staging_kb=32, pingpong=True), GemmConfig(64, 128, 8, pingpong=True)]
     print(f"# {dev.name}, {sms} SMs; repeats {args.repeats}; median CUDA-event us; store share = 1 - without / with")
     print("| shape | schedule | rel err | us | cuBLAS / this |")
     print("|---|---|---|---|---|")
@@ -108,42 +101,36 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
         print(f"| {name} | cuBLAS | - | {cublas * 1e3:.1f} | 1.000 |")
-        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
-        for cfg in [chosen] + [x for x in extra if x != chosen and m >= 1024 and not args.planned_only]:
-            c.fill_(float("nan"))
-            op.gemm(a, b, c, stream=stream, config=cfg)
-            err = ((c.float() - ref).norm() / ref.norm()).item()
-            ours = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
-            mark = " (planned)" if cfg == chosen else ""
-            print(f"| {name} | {cfg.label}{mark} | {err:.1e} | {ours * 1e3:.1f} | {cublas / ours:.3f} |", flush=True)
-            if cfg == chosen:
-                for l2 in (128, 256):
-                    original = promoted(TensorMap, l2)
-                    try:
-                        fresh()
-                        c.fill_(float("nan"))
-                        op.gemm(a, b, c, stream=stream, config=cfg)
-                        err = ((c.float() - ref).norm() / ref.norm()).item()
-                        t = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
-                    finally:
-                        TensorMap.tiled = original
-                        fresh()
-                    print(f"| {name} | {cfg.label} l2={l2} | {err:.1e} | {t * 1e3:.1f} | {cublas / t:.3f} |",
-                          flush=True)
-            if cfg.splits > 1:
-                continue
-            for what, build in (("without store", build_without_store), ("staged, not stored", build_staging_only)):
-                if what != "without store" and cfg != chosen:
-                    continue
-                kernel.build = build
-                try:
-                    fresh()
-                    bare = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
-                finally:
-                    kernel.build = real_build
-                    fresh()
-                print(f"| {name} | {cfg.label} {what} (share {1 - bare / ours:.3f}) | - | {bare * 1e3:.1f} | "
-                      f"{cublas / bare:.3f} |", flush=True)
+        cfg = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
+
+        def timed(label, build=real_build, l2=None):
+            """Median us of the schedule with ``build``'s kernel (and tensor maps promoting ``l2``); rel err
+            of C where the kernel stores it."""
+            original = promoted(TensorMap, l2) if l2 else None
+            kernel.build = build
+            try:
+                fresh()
+                c.fill_(float("nan"))
+                op.gemm(a, b, c, stream=stream, config=cfg)
+                err = ((c.float() - ref).norm() / ref.norm()).item() if build is real_build else None
+                t = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
+            finally:
+                kernel.build = real_build
+                if original is not None:
+                    TensorMap.tiled = original
+                fresh()
+            print(f"| {name} | {cfg.label} {label} | {'-' if err is None else f'{err:.1e}'} | {t * 1e3:.1f} | "
+                  f"{cublas / t:.3f} |", flush=True)
+            return t
+
+        ours = timed("(planned)")
+        for l2 in (128, 256):
+            timed(f"l2={l2}", l2=l2)
+        if cfg.splits > 1:
+            continue
+        for what, build in (("without store", build_without_store), ("staged, not stored", build_staging_only)):
+            t = timed(what, build)
+            print(f"|   | share of the planned time: {1 - t / ours:.3f} | | | |")
     return 0
 
 
