@@ -191,8 +191,8 @@ def test_stmatrix_writes_each_lanes_pair_into_its_matrix_row(count, seed):
     k.shared("tile", 64 * 16, 16)
     tid = b.special("tid.x")
     base = b.mov(u32, k.shared_symbols[0][0])
-    for i in range(64 * 4):
-        b.st(u32, address(base, 4 * i), 0, space="shared", pred=b.setp("eq", u32, tid, 0))
+    for i in range(64 * 4 // 32):           # each lane zeroes its words of the tile (as it reads them back)
+        b.st(u32, address(b.mad(u32, b.add(u32, tid, 32 * i), 4, base, mode="lo")), 0, space="shared")
     slot = b.ld(u32, address(b.mad(u64, b.cvt(u64, u32, b.min(u32, tid, 8 * count - 1)), 4, b.load_param("slots"),
                                    mode="lo")), space="global")
     regs = [b.ld(u32, address(b.mad(u64, b.cvt(u64, u32, b.add(u32, tid, 32 * i)), 4, b.load_param("values"),
