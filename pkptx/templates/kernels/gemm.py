@@ -22,7 +22,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
+from ..gemm_parts import BOX_COLS, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 
@@ -40,6 +40,8 @@ class Config:
     group_m: int = 8             # tile rows walked together for L2 reuse
     split_k: bool = False        # work units are (tile, K slice); see split_k
     epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
+    staging_kb: int = 16         # TMA epilogue: KB of staging per consumer warpgroup (a pass each; a slab of
+                                 # 64 x 256 bf16 is 32 KB: with 32 no pass waits for TMA to read the one before)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -48,6 +50,8 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.tile_m not in (64, 128) or self.tile_n % BOX_COLS or not BOX_COLS <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of 64 up to 256, got {self}")
+        if self.staging_kb not in (16, 32, 64):
+            raise PTXBuildError(f"gemm Config.staging_kb must be 16, 32 or 64, got {self.staging_kb!r}")
         if self.epilogue not in ("tma", "direct"):
             raise PTXBuildError(f"gemm Config.epilogue must be 'tma' or 'direct', got {self.epilogue!r}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -73,7 +77,7 @@ class Config:
     @property
     def staging_bytes(self) -> int:
         """The TMA epilogue's staging buffers (none for the direct epilogue)."""
-        return self.consumers * STAGING_BYTES if self.epilogue == "tma" else 0
+        return self.consumers * self.staging_kb * 1024 if self.epilogue == "tma" else 0
 
     @property
     def b_box(self) -> tuple[int, int]:
@@ -199,7 +203,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             pipe.advance(b)
         b.wgmma_wait_group(0)
         pipe.release(b, pipe.behind(b), pred=lane0)
-        staging = (b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
+        staging = (b.mad(u32, wg, cfg.staging_kb * 1024, ctx.smem["staging"], mode="lo", name="wg_staging")
                    if cfg.staging_bytes else None)
         if not cfg.split_k:
             store(ctx, acc, tm, tn, wg, staging)
@@ -237,7 +241,7 @@ def store_c(cfg: Config):
 def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
     """TMA-store a warpgroup's slab at (row, col) of ``tmap``'s tensor, through its staging buffer."""
     b = ctx.b
-    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
+    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype, staging_bytes=cfg.staging_kb * 1024,
                        issue=lambda sub, off: store_async(b, tmap, (b.add(u32, col, off), row), sub, commit=False))
 
 
@@ -259,7 +263,8 @@ DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32)
 def build(cfg: Config = Config()):
     direct = cfg.epilogue == "direct"
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
-                      f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}",
+                      f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}"
+                      f"{'' if cfg.staging_kb == 16 else f'_st{cfg.staging_kb}'}",
                  params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
     if direct:
         return t.build(**roles(cfg, store=store_direct(cfg)))
