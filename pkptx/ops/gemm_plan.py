@@ -61,28 +61,31 @@ class GemmConfig:
     group_m: int = 8
     epilogue: str = "tma"        # or "direct": C stored from registers (kernel.Config.epilogue)
     staging_kb: int = 16         # the TMA epilogue's staging per consumer warpgroup (kernel.Config.staging_kb)
+    pingpong: bool = False       # 64-row tiles taken in turn by two warpgroups (kernel.Config.pingpong)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
-                             split_k=self.splits > 1, epilogue=self.epilogue, staging_kb=self.staging_kb)
+                             split_k=self.splits > 1, epilogue=self.epilogue, staging_kb=self.staging_kb,
+                             pingpong=self.pingpong)
 
     @property
     def label(self) -> str:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
-                + ("" if self.staging_kb == 16 else f"/st{self.staging_kb}"))
+                + ("" if self.staging_kb == 16 else f"/st{self.staging_kb}") + ("/pp" if self.pingpong else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
     return -(-m // tile_m) * -(-n // tile_n)
 
 
-def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma", staging_kb: int = 16) -> int:
+def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma", staging_kb: int = 16,
+               pingpong: bool = False) -> int:
     """As many stages as fit beside the epilogue staging (what kernel.Config.smem_bytes counts)."""
     per_stage = (tile_m + tile_n) * TILE_K * 2
-    staging = (tile_m // 64) * staging_kb * 1024 if epilogue == "tma" else 0
+    staging = (2 if pingpong else tile_m // 64) * staging_kb * 1024 if epilogue == "tma" else 0
     return min(MAX_STAGES, (smem_limit - staging - 1024) // per_stage)
 
 

@@ -177,6 +177,19 @@ class Pipeline:
         b.mbarrier_arrive(self.empty.bar(b, slot.stage), pred=pred)
 
     # ------------------------------------------------------------------------------------ both
+    def skip(self, b: Builder, count) -> None:
+        """Move ``count`` positions on at once (the stages another consumer takes). Counted: ``add.u32
+        uses, uses, count``. Stepped: ``add.u32 t, stage, count; div.u32 w, t, S; rem.u32 stage, t, S;
+        and.b32 w, w, 1; xor.b32 phase, phase, w`` (one stage: the parity of ``count``)."""
+        if self.phase is None:
+            b.add(u32, self.uses, count, into=self.uses)
+            return
+        total = count if self.stage is None else b.add(u32, self.stage, count, name="skipped_to")
+        if self.stage is not None:
+            b.rem(u32, total, self.stages, into=self.stage)
+        laps = total if self.stage is None else b.div(u32, total, self.stages, name="laps")
+        b.xor(b32, self.phase, b.and_(b32, laps, 1, name="lap_parity"), into=self.phase)
+
     def advance(self, b: Builder) -> None:
         """Move to the next position. Counted: ``add.u32 uses, uses, 1``. One stage, stepped:
         ``xor.b32 phase, phase, 1``. Stepped: ``add.u32 stage, stage, 1; setp.eq.u32 w, stage, S;

@@ -51,6 +51,26 @@ def test_gemm_128x256x64(layout, out_dtype, staging_kb):
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
 
 
+@pytest.mark.parametrize("m, k, stages, epilogue", [(256, 128, 2, "tma"), (192, 192, 2, "tma"), (320, 64, 3, "direct")])
+def test_gemm_pingpong(m, k, stages, epilogue):
+    """Ping-pong on one block: 64-row tiles alternate between the two warpgroups, each skipping the
+    other's stages (an even and an odd tile count, more k-blocks than stages, a tail of 1)."""
+    n = 128
+    cfg = gemm.Config(tile_m=64, tile_n=128, stages=stages, pingpong=True, epilogue=epilogue)
+    ranks = Ranks(1, seed=4)
+    (a,), (b,) = _operands(11, 1, m, n, k, "nk")
+    mach = ranks.world.machine
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 2, name="c")
+    c_dev.write(np.full(m * n, 0x7FC0, np.uint16))             # NaN: every element must be written
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    out = (dict(tmap_c=ranks.tensor_map(c_dev.base, DTYPES["bf16"], (m, n), cfg.c_box)) if epilogue == "tma"
+           else dict(c=c_dev.base, m=m, n=n))
+    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=1, smem=cfg.smem_bytes, num_comm_sms=0,
+                 **values, **out)
+    ranks.run()
+    assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
+
+
 @pytest.mark.parametrize("w", (1, 2, 3))
 def test_gemm_rs_smallest(w):
     cfg = gemm_rs.Config(dataclasses.replace(SMALL, out_dtype="f32"))

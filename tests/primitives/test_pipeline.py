@@ -10,7 +10,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from pkptx.errors import PTXBuildError
 from pkptx.interp import Machine
-from pkptx.isa import Kernel, Param, address, b32, u32, u64
+from pkptx.isa import Kernel, Param, Reg, address, b32, u32, u64
 from pkptx.primitives import Pipeline, Slot, StageRing
 from pkptx.primitives.sync import Deadline
 
@@ -195,3 +195,36 @@ def test_every_chunk_passes_through_the_ring_in_order(stages, chunks, stepped, s
     m.run()
     assert np.array_equal(dst, src)
     assert not status.read(np.uint32).any()
+
+
+def skip_kernel(stages: int, counted_form: bool) -> Kernel:
+    """One thread: ``before`` advances, then ``skip(count)``; stores the position it lands on (counted:
+    uses; stepped: stage and phase)."""
+    k = Kernel(f"pipeline_skip_{stages}_{int(counted_form)}", [Param("out", u64, pointer=True), Param("before", u32),
+                                                               Param("count", u32)], max_threads=32)
+    b = k.builder()
+    out, before, count = b.load_param("out"), b.load_param("before"), b.load_param("count")
+    full = StageRing(b.mov(u32, k.shared("full", 8 * stages, 8), name="full"), stages)
+    pipe = Pipeline((full,), uses=b.mov(u32, 0, name="it"))
+    if not counted_form:
+        pipe = pipe.stepped(b)
+    for _ in b.range(0, before, name="step"):
+        pipe.advance(b)
+    pipe.skip(b, count)
+    slot = pipe.at(b)
+    b.st(u32, address(out), slot.stage if isinstance(slot.stage, Reg) else b.mov(u32, slot.stage), space="global")
+    b.st(u32, address(out, 4), slot.phase, space="global")
+    b.ret()
+    return k
+
+
+@settings(max_examples=20, deadline=None)
+@given(stages=st.integers(1, 8), before=st.integers(0, 20), count=st.integers(0, 40), counted_form=st.booleans())
+def test_skip_lands_where_as_many_advances_would(stages, before, count, counted_form):
+    m = Machine(seed=stages)
+    out = m.alloc(8, name="out")
+    out.write(np.full(2, 0xFFFFFFFF, np.uint32))
+    m.launch(skip_kernel(stages, counted_form), 1, 32, out, before, count)
+    m.run()
+    at = before + count
+    assert out.read(np.uint32).tolist() == [at % stages, (at // stages) & 1]

@@ -92,6 +92,10 @@ def test_candidates_cover_every_tile_and_split_one():
     (GemmConfig(splits=3), "splits"),             # K = 128: two k-blocks
     (GemmConfig(tile_m=96), "not a legal kernel"),
     (GemmConfig(stages=9), "not a legal kernel"),   # over 227 KB
+    (GemmConfig(pingpong=True), "pingpong takes 64-row tiles"),
+    (GemmConfig(64, 256, 4, 2, pingpong=True), "no split-K"),
+    (GemmConfig(staging_kb=24), "staging_kb"),
+    (GemmConfig(64, 256, 5, staging_kb=32, pingpong=True), "over 227 KB"),   # two 32 KB staging buffers
     (kernel.Config(), "GemmConfig"),
 ])
 def test_forced_config_is_checked(cfg, message):
@@ -165,3 +169,16 @@ def test_all_reduce_comm_sms_model(n, world, sms):
 
 def test_all_reduce_at_world_one_needs_no_communicators():
     assert all_reduce_comm_sms(4096, 4096, 4096, 2, 1, 132, (128, 256)) == 0
+
+
+@pytest.mark.parametrize("tile_n, staging_kb", [(256, 16), (256, 32), (192, 32), (128, 16)])
+def test_max_stages_counts_both_ping_pong_staging_buffers(tile_n, staging_kb):
+    """The stages max_stages allows for a ping-pong schedule fit beside two warpgroups' staging, one more
+    does not."""
+    stages = max_stages(64, tile_n, SMEM, staging_kb=staging_kb, pingpong=True)
+    cfg = GemmConfig(64, tile_n, stages, staging_kb=staging_kb, pingpong=True)
+    assert check_config(cfg, 256, 256, 128, "bf16", "bf16", "nk").smem_bytes <= SMEM
+    if stages < 8:
+        with pytest.raises(GemmArgumentError, match="227 KB"):
+            check_config(GemmConfig(64, tile_n, stages + 1, staging_kb=staging_kb, pingpong=True), 256, 256, 128,
+                         "bf16", "bf16", "nk")

@@ -43,6 +43,7 @@ from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, h
                                v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators
 from ..lcsc import Buffer, Ring, Template
+from ..turns import Turns
 from ..progress import release_task_counter
 
 SMEM_LIMIT = 227 * 1024
@@ -240,38 +241,6 @@ def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
     last = b.max(s32, b.add(s32, end, keys.diag), 0, name="keys_end")
     last = b.min(s32, last, keys.seq_k, name="keys_end")
     return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
-
-
-@dataclass(frozen=True)
-class Turns:
-    """FlashAttention-3's ping-pong: the consumer warpgroups issue their matrix products in turn, so one
-    warpgroup's softmax runs while the next one's product has the tensor cores (left free, the
-    warpgroups drift into step and all wait on the same unit, then all run softmax). Warpgroup w takes
-    its turn at named barrier ``FIRST + w`` (its 128 threads and the previous warpgroup's 128 arrivals)
-    and hands the turn on by arriving at the next one's; the last warpgroup hands the first its first turn
-    in the prologue. Every warpgroup of a block takes the same number of turns (the block count is the
-    query block's: two per K/V block in the plain loop, one more than the blocks with ``overlap``, whose
-    turn issues block j's Q·Kᵀ and block j-1's P·V together), so the turns stay in step across tasks."""
-    mine: object
-    after: object
-    FIRST = 8                    # past the staging barriers (1 .. consumers)
-
-    @classmethod
-    def of(cls, b, consumers: int, wg) -> "Turns":
-        after = b.rem(u32, b.add(u32, wg, 1), consumers, name="next_wg")
-        return cls(b.add(u32, wg, cls.FIRST, name="turn_barrier"), b.add(u32, after, cls.FIRST, name="next_turn"))
-
-    @classmethod
-    def start(cls, b, consumers: int, tid) -> None:
-        """The last consumer warpgroup (warpgroup ``consumers``; 0 is the loader's) hands turn 0 on."""
-        last = b.setp("eq", u32, b.shr(u32, tid, 7), consumers, name="last_consumer")
-        b.bar_arrive(cls.FIRST, 256, pred=last)
-
-    def take(self, b) -> None:
-        b.bar_sync(self.mine, 256)
-
-    def give(self, b) -> None:
-        b.bar_arrive(self.after, 256)
 
 
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:

@@ -25,6 +25,7 @@ from ...primitives.tma import tensor_map_param
 from ..gemm_parts import BOX_COLS, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
+from ..turns import Turns
 
 SMEM_LIMIT = 227 * 1024
 
@@ -42,6 +43,8 @@ class Config:
     epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
     staging_kb: int = 16         # TMA epilogue: KB of staging per consumer warpgroup (a pass each; a slab of
                                  # 64 x 256 bf16 is 32 KB: with 32 no pass waits for TMA to read the one before)
+    pingpong: bool = False       # 64-row tiles, alternately to two warpgroups that take turns at the tensor
+                                 # cores: one's epilogue runs while the other's K loop has them
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -50,6 +53,8 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.tile_m not in (64, 128) or self.tile_n % BOX_COLS or not BOX_COLS <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of 64 up to 256, got {self}")
+        if self.pingpong and (self.tile_m != 64 or self.split_k):
+            raise PTXBuildError(f"gemm Config: pingpong takes 64-row tiles and no split-K, got {self}")
         if self.staging_kb not in (16, 32, 64):
             raise PTXBuildError(f"gemm Config.staging_kb must be 16, 32 or 64, got {self.staging_kb!r}")
         if self.epilogue not in ("tma", "direct"):
@@ -67,7 +72,12 @@ class Config:
 
     @property
     def consumers(self) -> int:
-        return self.tile_m // 64
+        return 2 if self.pingpong else self.tile_m // 64
+
+    @property
+    def stage_readers(self) -> int:
+        """Warps that read a stage (its empty barrier's count): the one warpgroup of a ping-pong tile."""
+        return 4 if self.pingpong else 4 * self.consumers
 
     @property
     def smem_bytes(self) -> int:
@@ -107,7 +117,7 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
         + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
-        rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, 4 * cfg.consumers)),
+        rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, cfg.stage_readers)),
         consumers=cfg.consumers, progress=progress, comm_first=comm_first)
 
 
@@ -122,6 +132,7 @@ class KLoop:
     pipe: Pipeline | None = None
     k_blocks: Reg | None = None
     tiles_m: Reg | None = None
+    turn: Reg | None = None          # ping-pong: the tiles the warpgroup has seen (whose turn: the parity)
 
 
 def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
@@ -168,6 +179,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"]).stepped(b)
         loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
         loop.tiles_m = ctx.p.tiles_m
+        if cfg.pingpong:
+            loop.turn = b.mov(u32, 0, name="tiles_seen")
+            Turns.start(b, cfg.consumers, ctx.tid)
 
     def loader(ctx, task):
         """One lane walks the unit's k-blocks: wait for a free stage, announce its bytes, issue the loads."""
@@ -181,19 +195,18 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             for kb in b.range(kb_first, kb_end, name="kb"):
                 load_k_block(ctx, cfg, loop, kb, tmap_a, tmap_b, row, col)
 
-    def consumer(ctx, task):
-        """Each warpgroup multiplies its 64 rows of the tile over the unit's k-blocks, then stores them
-        (split-K: publishes its partial, and stores the sum if it is the slab's last slice)."""
+    def multiply(ctx, wg, kb_first, kb_end, issued=None):
+        """The warpgroup's 64 rows of the tile over k-blocks [kb_first, kb_end): wait for each stage,
+        issue its wgmma, free the stage before (its wgmma are done once one batch is left in flight).
+        ``issued()`` runs once the last batch is issued. Returns the accumulators."""
         b = ctx.b
-        tm, tn, kb_first, kb_end, tile_index, k_slice = unit(ctx, task)
-        wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         acc = b.regs(f32, cfg.tile_n // 2, name="acc")
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         pipe = loop.pipe
+        a_rows = ctx.smem["smem_a"] if cfg.pingpong else b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo")
         for kb in b.range(kb_first, kb_end, name="kb"):
             stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
-            a_tile = b.mad(u32, stage, cfg.a_bytes, b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo"),
-                           mode="lo", name="a_tile")
+            a_tile = b.mad(u32, stage, cfg.a_bytes, a_rows, mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
             mma_k_block(b, acc, a_tile, b_tile, n=cfg.tile_n, dtype=cfg.dtype, b_layout=cfg.b_layout,
                         first=b.setp("eq", u32, kb, kb_first, name="first_k"))
@@ -201,10 +214,28 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
                 b.wgmma_wait_group(1)          # the previous k-block's wgmma are done with their stage
                 pipe.release(b, pipe.behind(b), pred=lane0)
             pipe.advance(b)
+        if issued is not None:
+            issued()
         b.wgmma_wait_group(0)
         pipe.release(b, pipe.behind(b), pred=lane0)
-        staging = (b.mad(u32, wg, cfg.staging_kb * 1024, ctx.smem["staging"], mode="lo", name="wg_staging")
-                   if cfg.staging_bytes else None)
+        return acc
+
+    def staging_of(ctx, wg):
+        b = ctx.b
+        return (b.mad(u32, wg, cfg.staging_kb * 1024, ctx.smem["staging"], mode="lo", name="wg_staging")
+                if cfg.staging_bytes else None)
+
+    def consumer(ctx, task):
+        """Each warpgroup multiplies its 64 rows of the tile over the unit's k-blocks, then stores them
+        (split-K: publishes its partial, and stores the sum if it is the slab's last slice)."""
+        b = ctx.b
+        tm, tn, kb_first, kb_end, tile_index, k_slice = unit(ctx, task)
+        wg = b.shr(u32, ctx.role_tid, 7, name="wg")
+        if cfg.pingpong:
+            alternate(ctx, wg, tm, tn, kb_first, kb_end)
+            return
+        acc = multiply(ctx, wg, kb_first, kb_end)
+        staging = staging_of(ctx, wg)
         if not cfg.split_k:
             store(ctx, acc, tm, tn, wg, staging)
             return
@@ -217,6 +248,24 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         with b.if_then(finished, uniform=True):
             store(ctx, acc, tm, tn, wg, staging)
 
+    def alternate(ctx, wg, tm, tn, kb_first, kb_end):
+        """Ping-pong: the block's tiles go to its two warpgroups in turn (``loop.turn``: the tiles seen).
+        The owner waits for its turn, issues the K loop, hands the turn on and stores the tile while the
+        other warpgroup's K loop has the tensor cores; the other skips the tile's stages. The turn also
+        keeps the owner's first wait within one phase of the ring: the loader has filled every stage the
+        other warpgroup waited for, so no stage is two fills behind the position waited for."""
+        b = ctx.b
+        turns = Turns.of(b, cfg.consumers, wg)
+        mine = b.setp("eq", u32, b.and_("b32", loop.turn, 1), wg, name="my_tile")
+        with b.if_else(mine, uniform=True) as (own, other):
+            with own:
+                turns.take(b)
+                acc = multiply(ctx, wg, kb_first, kb_end, issued=lambda: turns.give(b))
+                store(ctx, acc, tm, tn, wg, staging_of(ctx, wg))
+            with other:
+                loop.pipe.skip(b, b.sub(u32, kb_end, kb_first, name="skipped"))
+        b.add(u32, loop.turn, 1, into=loop.turn)
+
     def num_tasks(ctx):
         tiles = ctx.b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
         return ctx.b.mul(u32, tiles, ctx.p.splits, mode="lo", name="units") if cfg.split_k else tiles
@@ -225,8 +274,11 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
 
 def slab_origin(ctx, cfg: Config, tm, tn, wg):
-    """(first row, first column) of a warpgroup's 64-row slab of tile (tm, tn)."""
+    """(first row, first column) of a warpgroup's 64-row slab of tile (tm, tn) (ping-pong: the tile)."""
     b = ctx.b
+    if cfg.pingpong:
+        return b.mul(u32, tm, cfg.tile_m, mode="lo", name="slab_row"), b.mul(u32, tn, cfg.tile_n, mode="lo",
+                                                                             name="slab_col")
     return (b.mad(u32, tm, cfg.tile_m, b.mul(u32, wg, 64, mode="lo"), mode="lo", name="slab_row"),
             b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
 
@@ -264,7 +316,7 @@ def build(cfg: Config = Config()):
     direct = cfg.epilogue == "direct"
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
                       f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}"
-                      f"{'' if cfg.staging_kb == 16 else f'_st{cfg.staging_kb}'}",
+                      f"{'' if cfg.staging_kb == 16 else f'_st{cfg.staging_kb}'}{'_pp' if cfg.pingpong else ''}",
                  params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
     if direct:
         return t.build(**roles(cfg, store=store_direct(cfg)))
@@ -285,3 +337,4 @@ def catalog():
     yield build(Config(split_k=True))
     yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
     yield build(Config(epilogue="direct"))
+    yield build(Config(tile_m=64, tile_n=256, stages=4, pingpong=True, staging_kb=32))
