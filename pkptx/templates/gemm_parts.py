@@ -54,7 +54,14 @@ def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_l
     PTX: ``wgmma.fence; 4 x wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<t>.<t> {acc}, descA, descB,
     p, 1, 1, 0, tB; wgmma.commit_group;`` (the caller waits).
     """
-    a_desc = smem_desc(b, a_tile, name="a_desc")
+    mma_k_block_chains(b, ((acc, a_tile),), b_tile, n=n, dtype=dtype, b_layout=b_layout, first=first)
+
+
+def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:
+    """One k-block for several 64-row accumulators of one warpgroup (``chains``: (acc, A rows) pairs that
+    share the B tile), their wgmma interleaved step by step so the tensor cores always hold an
+    independent product, in one commit group."""
+    a_descs = [(acc, smem_desc(b, a_tile, name="a_desc")) for acc, a_tile in chains]
     if b_layout == "nk":
         b_desc, b_step, trans_b = smem_desc(b, b_tile, name="b_desc"), 2 * K_STEP, 0
     else:
@@ -64,8 +71,10 @@ def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_l
     always = b.setp("eq", u32, 0, 0, name="always")
     b.wgmma_fence()
     for step in range(TILE_K // K_STEP):
-        b.wgmma(acc, advance(b, a_desc, 2 * K_STEP * step), advance(b, b_desc, b_step * step), n=n, dtype=f32,
-                atype=dtype, scale_d=keep if step == 0 else always, trans_b=trans_b)
+        b_at = advance(b, b_desc, b_step * step)
+        for acc, a_desc in a_descs:
+            b.wgmma(acc, advance(b, a_desc, 2 * K_STEP * step), b_at, n=n, dtype=f32,
+                    atype=dtype, scale_d=keep if step == 0 else always, trans_b=trans_b)
     b.wgmma_commit_group()
 
 

@@ -51,12 +51,15 @@ def test_gemm_128x256x64(layout, out_dtype, staging_kb):
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
 
 
-@pytest.mark.parametrize("m, k, stages, epilogue", [(256, 128, 2, "tma"), (192, 192, 2, "tma"), (320, 64, 3, "direct")])
-def test_gemm_pingpong(m, k, stages, epilogue):
-    """Ping-pong on one block: 64-row tiles alternate between the two warpgroups, each skipping the
-    other's stages (an even and an odd tile count, more k-blocks than stages, a tail of 1)."""
-    n = 128
-    cfg = gemm.Config(tile_m=64, tile_n=128, stages=stages, pingpong=True, epilogue=epilogue)
+@pytest.mark.parametrize("m, k, stages, epilogue, tile_m", [
+    (256, 128, 2, "tma", 64), (192, 192, 2, "tma", 64), (320, 64, 3, "direct", 64),
+    (384, 128, 2, "tma", 128), (320, 192, 3, "direct", 128), (256, 128, 2, "tma", (128, 192))])
+def test_gemm_pingpong(m, k, stages, epilogue, tile_m):
+    """Ping-pong on one block: tiles alternate between the two warpgroups, each skipping the other's
+    stages (an even and an odd tile count, more k-blocks than stages, a tail of 1); 128-row tiles: two
+    accumulator chains a warpgroup, the last tile half out of C; 128 x 192: setmaxnreg)."""
+    tile_m, n = tile_m if isinstance(tile_m, tuple) else (tile_m, 128)
+    cfg = gemm.Config(tile_m=tile_m, tile_n=n, stages=stages, pingpong=True, epilogue=epilogue)
     ranks = Ranks(1, seed=4)
     (a,), (b,) = _operands(11, 1, m, n, k, "nk")
     mach = ranks.world.machine

@@ -22,7 +22,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import BOX_COLS, TILE_K, mma_k_block, stage_accumulators, store_fragments, tile_of
+from ..gemm_parts import BOX_COLS, TILE_K, mma_k_block_chains, stage_accumulators, store_fragments, tile_of
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 from ..turns import Turns
@@ -43,8 +43,9 @@ class Config:
     epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
     staging_kb: int = 16         # TMA epilogue: KB of staging per consumer warpgroup (a pass each; a slab of
                                  # 64 x 256 bf16 is 32 KB: with 32 no pass waits for TMA to read the one before)
-    pingpong: bool = False       # 64-row tiles, alternately to two warpgroups that take turns at the tensor
-                                 # cores: one's epilogue runs while the other's K loop has them
+    pingpong: bool = False       # whole tiles, alternately to two warpgroups that take turns at the tensor
+                                 # cores: one's epilogue runs while the other's K loop has them (a 128-row
+                                 # tile: two 64-row accumulator chains in one warpgroup)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -53,8 +54,10 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.tile_m not in (64, 128) or self.tile_n % BOX_COLS or not BOX_COLS <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of 64 up to 256, got {self}")
-        if self.pingpong and (self.tile_m != 64 or self.split_k):
-            raise PTXBuildError(f"gemm Config: pingpong takes 64-row tiles and no split-K, got {self}")
+        if self.pingpong and self.split_k:
+            raise PTXBuildError(f"gemm Config: pingpong takes no split-K, got {self}")
+        if self.acc_regs > 192:
+            raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192, got {self}")
         if self.staging_kb not in (16, 32, 64):
             raise PTXBuildError(f"gemm Config.staging_kb must be 16, 32 or 64, got {self.staging_kb!r}")
         if self.epilogue not in ("tma", "direct"):
@@ -73,6 +76,20 @@ class Config:
     @property
     def consumers(self) -> int:
         return 2 if self.pingpong else self.tile_m // 64
+
+    @property
+    def chains(self) -> int:
+        """64-row accumulators a consumer warpgroup holds: a ping-pong warpgroup owns the whole tile."""
+        return self.tile_m // 64 if self.pingpong else 1
+
+    @property
+    def acc_regs(self) -> int:
+        return self.chains * self.tile_n // 2
+
+    @property
+    def rebalance(self) -> bool:
+        """setmaxnreg: a consumer holding more than 128 accumulators takes the loader's registers."""
+        return self.acc_regs > 128
 
     @property
     def stage_readers(self) -> int:
@@ -118,7 +135,7 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
         + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, cfg.stage_readers)),
-        consumers=cfg.consumers, progress=progress, comm_first=comm_first)
+        consumers=cfg.consumers, progress=progress, comm_first=comm_first, rebalance=cfg.rebalance)
 
 
 @dataclass
@@ -200,7 +217,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         issue its wgmma, free the stage before (its wgmma are done once one batch is left in flight).
         ``issued()`` runs once the last batch is issued. Returns the accumulators."""
         b = ctx.b
-        acc = b.regs(f32, cfg.tile_n // 2, name="acc")
+        accs = [b.regs(f32, cfg.tile_n // 2, name=f"acc{c}" if c else "acc") for c in range(cfg.chains)]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         pipe = loop.pipe
         a_rows = ctx.smem["smem_a"] if cfg.pingpong else b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo")
@@ -208,8 +225,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
             a_tile = b.mad(u32, stage, cfg.a_bytes, a_rows, mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
-            mma_k_block(b, acc, a_tile, b_tile, n=cfg.tile_n, dtype=cfg.dtype, b_layout=cfg.b_layout,
-                        first=b.setp("eq", u32, kb, kb_first, name="first_k"))
+            mma_k_block_chains(b, [(acc, b.add(u32, a_tile, c * 64 * 128, name="a_chain") if c else a_tile)
+                                   for c, acc in enumerate(accs)], b_tile, n=cfg.tile_n, dtype=cfg.dtype,
+                               b_layout=cfg.b_layout, first=b.setp("eq", u32, kb, kb_first, name="first_k"))
             with b.if_then(b.setp("ne", u32, kb, kb_first, name="not_first"), uniform=True):
                 b.wgmma_wait_group(1)          # the previous k-block's wgmma are done with their stage
                 pipe.release(b, pipe.behind(b), pred=lane0)
@@ -218,7 +236,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             issued()
         b.wgmma_wait_group(0)
         pipe.release(b, pipe.behind(b), pred=lane0)
-        return acc
+        return accs
 
     def staging_of(ctx, wg):
         b = ctx.b
@@ -234,7 +252,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         if cfg.pingpong:
             alternate(ctx, wg, tm, tn, kb_first, kb_end)
             return
-        acc = multiply(ctx, wg, kb_first, kb_end)
+        acc, = multiply(ctx, wg, kb_first, kb_end)
         staging = staging_of(ctx, wg)
         if not cfg.split_k:
             store(ctx, acc, tm, tn, wg, staging)
@@ -260,8 +278,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         with b.if_else(mine, uniform=True) as (own, other):
             with own:
                 turns.take(b)
-                acc = multiply(ctx, wg, kb_first, kb_end, issued=lambda: turns.give(b))
-                store(ctx, acc, tm, tn, wg, staging_of(ctx, wg))
+                accs = multiply(ctx, wg, kb_first, kb_end, issued=lambda: turns.give(b))
+                for chain, acc in enumerate(accs):
+                    store(ctx, acc, tm, tn, wg, staging_of(ctx, wg), slab=chain)
             with other:
                 loop.pipe.skip(b, b.sub(u32, kb_end, kb_first, name="skipped"))
         b.add(u32, loop.turn, 1, into=loop.turn)
@@ -273,20 +292,22 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
-def slab_origin(ctx, cfg: Config, tm, tn, wg):
-    """(first row, first column) of a warpgroup's 64-row slab of tile (tm, tn) (ping-pong: the tile)."""
+def slab_origin(ctx, cfg: Config, tm, tn, slab):
+    """(first row, first column) of 64-row slab ``slab`` of tile (tm, tn) (a warpgroup's, or in ping-pong
+    one of its chains)."""
     b = ctx.b
-    if cfg.pingpong:
-        return b.mul(u32, tm, cfg.tile_m, mode="lo", name="slab_row"), b.mul(u32, tn, cfg.tile_n, mode="lo",
-                                                                             name="slab_col")
-    return (b.mad(u32, tm, cfg.tile_m, b.mul(u32, wg, 64, mode="lo"), mode="lo", name="slab_row"),
+    if isinstance(slab, int):
+        return (b.mad(u32, tm, cfg.tile_m, 64 * slab, mode="lo", name="slab_row"),
+                b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
+    return (b.mad(u32, tm, cfg.tile_m, b.mul(u32, slab, 64, mode="lo"), mode="lo", name="slab_row"),
             b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
 
 
 def store_c(cfg: Config):
     """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor."""
-    def store(ctx, acc, tm, tn, wg, staging):
-        store_slab(ctx, cfg, acc, wg, staging, tensor_map_param(ctx.b, "tmap_c"), *slab_origin(ctx, cfg, tm, tn, wg))
+    def store(ctx, acc, tm, tn, wg, staging, slab=None):
+        store_slab(ctx, cfg, acc, wg, staging, tensor_map_param(ctx.b, "tmap_c"),
+                   *slab_origin(ctx, cfg, tm, tn, wg if slab is None else slab))
     return store
 
 
@@ -299,9 +320,9 @@ def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
 
 def store_direct(cfg: Config):
     """The store hook that writes a warpgroup's slab from registers into the ``c`` parameter's array."""
-    def store(ctx, acc, tm, tn, wg, staging):
+    def store(ctx, acc, tm, tn, wg, staging, slab=None):
         b = ctx.b
-        row, col = slab_origin(ctx, cfg, tm, tn, wg)
+        row, col = slab_origin(ctx, cfg, tm, tn, wg if slab is None else slab)
         store_fragments(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n,
                         out_type=cfg.out_dtype, c_ptr=ctx.p.c, row0=row, col0=col, rows=ctx.p.m,
                         cols=ctx.p.n)
