@@ -42,6 +42,13 @@ def shares_the_gpu(device) -> bool:
     return mps.in_client_env() or context_is_partial(device)
 
 
+def by_query_block(causal: bool, drawn: bool) -> int:
+    """The task order (the kernel's ``by_query_block``): 1 puts the tasks of one query block of every
+    (batch, head) together (causal under a fixed stride: every block gets a mix of long and short
+    tasks), 0 those of one (batch, head), longest first (their K/V shared in L2 while they run)."""
+    return int(causal)
+
+
 def task_counter(device, stream) -> DeviceArray:
     """The two u32 words the attention kernel draws its tasks from, one pair per stream: launches on
     one stream run one after another, and each leaves the pair at 0 for the next (a timed-out one may
@@ -140,7 +147,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         tmap_q=tensor_map(q, BOX), tmap_k=tensor_map(k, BOX), tmap_v=tensor_map(v, BOX),
         tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
-        scale_log2=scale * math.log2(math.e), by_query_block=int(causal),
+        scale_log2=scale * math.log2(math.e), by_query_block=by_query_block(causal, cfg.drawn),
         task_counter=task_counter(device, stream).ptr if cfg.drawn else 0, rank=0, world=1,
         status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0).launch

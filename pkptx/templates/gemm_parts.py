@@ -71,10 +71,13 @@ def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layo
     always = b.setp("eq", u32, 0, 0, name="always")
     b.wgmma_fence()
     for step in range(TILE_K // K_STEP):
-        b_at = advance(b, b_desc, b_step * step)
+        b_at = None
         for acc, a_desc in a_descs:
-            b.wgmma(acc, advance(b, a_desc, 2 * K_STEP * step), b_at, n=n, dtype=f32,
-                    atype=dtype, scale_d=keep if step == 0 else always, trans_b=trans_b)
+            a_at = advance(b, a_desc, 2 * K_STEP * step)
+            if b_at is None:
+                b_at = advance(b, b_desc, b_step * step)
+            b.wgmma(acc, a_at, b_at, n=n, dtype=f32, atype=dtype, scale_d=keep if step == 0 else always,
+                    trans_b=trans_b)
     b.wgmma_commit_group()
 
 

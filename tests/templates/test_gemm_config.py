@@ -92,7 +92,7 @@ def test_candidates_cover_every_tile_and_split_one():
     (GemmConfig(splits=3), "splits"),             # K = 128: two k-blocks
     (GemmConfig(tile_m=96), "not a legal kernel"),
     (GemmConfig(stages=9), "not a legal kernel"),   # over 227 KB
-    (GemmConfig(pingpong=True), "pingpong takes 64-row tiles"),
+    (GemmConfig(pingpong=True), "256 accumulator registers"),     # 128 x 256 in one warpgroup
     (GemmConfig(64, 256, 4, 2, pingpong=True), "no split-K"),
     (GemmConfig(staging_kb=24), "staging_kb"),
     (GemmConfig(64, 256, 5, staging_kb=32, pingpong=True), "over 227 KB"),   # two 32 KB staging buffers

@@ -57,7 +57,8 @@ class Config:
         if self.pingpong and self.split_k:
             raise PTXBuildError(f"gemm Config: pingpong takes no split-K, got {self}")
         if self.acc_regs > 192:
-            raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192, got {self}")
+            raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192 (a ping-pong "
+                                f"warpgroup holds the whole tile), got {self}")
         if self.staging_kb not in (16, 32, 64):
             raise PTXBuildError(f"gemm Config.staging_kb must be 16, 32 or 64, got {self.staging_kb!r}")
         if self.epilogue not in ("tma", "direct"):
