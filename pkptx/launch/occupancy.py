@@ -34,13 +34,6 @@ def context_sm_count(device: Device | None = None) -> int:
 _sm_counts: dict[int, int] = {}
 
 
-def context_is_partial(device: Device | None = None) -> bool:
-    """Whether the current context of ``device`` may use fewer SMs than the device has (a green context
-    or an execution-affinity limit), so other work may hold the rest."""
-    device = device or Device.current()
-    return context_sm_count(device) < device.sm_count
-
-
 def blocks_per_sm(kernel, threads: int, smem: int) -> int:
     """``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for a loaded kernel at this block and dynamic
     shared memory (the dynamic limit is raised first, so large windows are counted, not refused)."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..launch import Device, LaunchConfig, empty, mps
-from ..launch.occupancy import context_is_partial, context_sm_count, persistent_grid
+from ..launch import Device, LaunchConfig, empty
+from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
 from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
@@ -35,18 +35,14 @@ def grid_size(kernel, tasks: int) -> int:
     return persistent_grid(kernel, work=tasks)
 
 
-def shares_the_gpu(device) -> bool:
-    """Whether other processes' kernels may run beside this one's: an MPS client (its SM count already
-    reads as its share) or a context limited to fewer SMs than the device (a green context). Then some
-    blocks of a persistent grid may start only when others end, and the op draws tasks."""
-    return mps.in_client_env() or context_is_partial(device)
-
-
 def by_query_block(causal: bool, drawn: bool) -> int:
-    """The task order (the kernel's ``by_query_block``): 1 puts the tasks of one query block of every
-    (batch, head) together (causal under a fixed stride: every block gets a mix of long and short
-    tasks), 0 those of one (batch, head), longest first (their K/V shared in L2 while they run)."""
-    return int(causal)
+    """The task order (the kernel's ``by_query_block``): 0 keeps the tasks of one (batch, head) together,
+    longest first, so the blocks running at once share their heads' K/V in L2; 1 puts one query block
+    of every (batch, head) together, which only a causal mask under a fixed stride needs (every block
+    then gets a mix of long and short tasks). Drawn tasks balance the lengths by themselves: causal,
+    by (batch, head) ran 8-30 % faster at 1-16k keys than by query block (H100, bench/RESULTS.md
+    2026-12-06)."""
+    return int(causal and not drawn)
 
 
 def task_counter(device, stream) -> DeviceArray:
@@ -134,7 +130,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *shape_dtype(lse),
         causal=causal, scale=scale)
     device = Device.current()
-    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=shares_the_gpu(device))
+    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=True)
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")

@@ -12,6 +12,12 @@ candidate's stages fill most of the shared memory):
   once, C once) at what the active SMs can pull, plus the epilogue (and split-K sum) of the last units,
   which only start once their bytes are in; the estimate is the larger.
 
+A ping-pong schedule (two warpgroups take whole tiles in turn, :class:`kernel.Config` ``pingpong``) runs
+its K loop at the rate of the cooperative kernel's same tile shape (measured on the H100 at 128 x 192
+and 128 x 128, probe/gemm_pingpong_probe.py) while one warpgroup's epilogue runs under the other's K
+loop: only the last tile's epilogue is waited for. It holds the whole tile in one warpgroup's registers,
+so only tiles of at most 192 columns (PINGPONG_TILES), and takes no split-K.
+
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
 (bench/RESULTS.md); ``probe/gemm_sweep_probe.py`` measures every candidate to refit them.
@@ -21,7 +27,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..templates.gemm_parts import TILE_K
+from ..templates.gemm_parts import STAGING_BYTES, TILE_K
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -31,6 +37,7 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
 }
 DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
+PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
 L2_BYTES_PER_S = 50e9         # one SM's generic f32 partial stores/loads (split-K; refitted to the 2026-12-03 sweep)
@@ -60,32 +67,29 @@ class GemmConfig:
     splits: int = 1
     group_m: int = 8
     epilogue: str = "tma"        # or "direct": C stored from registers (kernel.Config.epilogue)
-    staging_kb: int = 16         # the TMA epilogue's staging per consumer warpgroup (kernel.Config.staging_kb)
-    pingpong: bool = False       # 64-row tiles taken in turn by two warpgroups (kernel.Config.pingpong)
+    pingpong: bool = False       # whole tiles taken in turn by two warpgroups (kernel.Config.pingpong)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
-                             split_k=self.splits > 1, epilogue=self.epilogue, staging_kb=self.staging_kb,
-                             pingpong=self.pingpong)
+                             split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong)
 
     @property
     def label(self) -> str:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
-                + ("" if self.staging_kb == 16 else f"/st{self.staging_kb}") + ("/pp" if self.pingpong else ""))
+                + ("/pp" if self.pingpong else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
     return -(-m // tile_m) * -(-n // tile_n)
 
 
-def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma", staging_kb: int = 16,
-               pingpong: bool = False) -> int:
+def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma", pingpong: bool = False) -> int:
     """As many stages as fit beside the epilogue staging (what kernel.Config.smem_bytes counts)."""
     per_stage = (tile_m + tile_n) * TILE_K * 2
-    staging = (2 if pingpong else tile_m // 64) * staging_kb * 1024 if epilogue == "tma" else 0
+    staging = (2 if pingpong else tile_m // 64) * STAGING_BYTES if epilogue == "tma" else 0
     return min(MAX_STAGES, (smem_limit - staging - 1024) // per_stage)
 
 
@@ -103,18 +107,20 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * TILE_RATE[cfg.tile_m, cfg.tile_n])
     epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
-    unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + epilogue_s + reduce_s
+    unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + reduce_s
+    compute_s = waves * unit_s + epilogue_s if cfg.pingpong else waves * (unit_s + epilogue_s)
     active = min(units, sm_count)
     hbm_bytes = (m * k + n * k) * 2 + m * n * out_bytes
     memory_s = hbm_bytes / min(HBM_BYTES_PER_S, active * SM_BYTES_PER_S)
-    return max(waves * unit_s, memory_s + TAIL_UNITS * (epilogue_s + reduce_s))
+    return max(compute_s, memory_s + TAIL_UNITS * (epilogue_s + reduce_s))
 
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-               shapes=DEFAULT_TILES, epilogues=("tma",)) -> list[GemmConfig]:
+               shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES) -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
-    that keeps slices at least MIN_SLICE_BLOCKS deep."""
+    that keeps slices at least MIN_SLICE_BLOCKS deep; then the ping-pong schedule of each tile in
+    ``pingpong`` (TMA epilogue, unsplit)."""
     k_blocks = -(-k // TILE_K)
     out = []
     for epilogue in epilogues:
@@ -127,17 +133,18 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
             top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1
             out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue)
                     for splits in range(1, max(1, top) + 1)]
-    return out
+    return out + [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
+                  for tile_m, tile_n in pingpong]
 
 
 @functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, out_dtype: str, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-         shapes=DEFAULT_TILES, epilogues=("tma",)) -> GemmConfig:
+         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES) -> GemmConfig:
     """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
     Memoized: weighing the candidates costs 30-150 us of Python, more than the launch it picks for."""
     out_bytes = 4 if out_dtype == "f32" else 2
     options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
-                         epilogues=epilogues)
+                         epilogues=epilogues, pingpong=pingpong)
     return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count))
 
 
@@ -149,7 +156,7 @@ def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: 
     """The kernel for GEMM-shaped kernels that communicate or group whole 128-row tiles (GEMM+RS,
     AG+GEMM, GEMM+AR, grouped GEMM): the model's choice among WHOLE_TILES, without split-K."""
     return plan(m, n, k, out_dtype, sm_count=sm_count, smem_limit=smem_limit, allow_split=False,
-                shapes=WHOLE_TILES).kernel_config(dtype, out_dtype, b_layout)
+                shapes=WHOLE_TILES, pingpong=()).kernel_config(dtype, out_dtype, b_layout)
 
 
 def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:

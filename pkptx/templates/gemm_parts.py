@@ -81,11 +81,10 @@ def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layo
     b.wgmma_commit_group()
 
 
-def stage_accumulators(ctx: Ctx, acc, wg, staging: Reg, *, n: int, out_type: str, issue,
-                       staging_bytes: int = STAGING_BYTES) -> None:
-    """Write a warpgroup's 64 x n accumulators as ``out_type`` into its staging buffer, one
-    ``staging_bytes`` pass at a time, and after each pass let one thread hand the sub-tiles to TMA:
-    ``issue(sub_tile_addr, column_offset)`` emits the store or reduce for a 64-row sub-tile (128-byte rows, swizzled).
+def stage_accumulators(ctx: Ctx, acc, wg, staging: Reg, *, n: int, out_type: str, issue) -> None:
+    """Write a warpgroup's 64 x n accumulators as ``out_type`` into its staging buffer, one 16 KB pass
+    at a time, and after each pass let one thread hand the sub-tiles to TMA: ``issue(sub_tile_addr,
+    column_offset)`` emits the store or reduce for a 64-row sub-tile (128-byte rows, swizzled).
 
     Ordering per pass: the issuing thread waits until TMA has read the previous pass
     (``cp.async.bulk.wait_group.read 0``), a named barrier frees the buffer, every thread writes and
@@ -95,7 +94,7 @@ def stage_accumulators(ctx: Ctx, acc, wg, staging: Reg, *, n: int, out_type: str
     b = ctx.b
     out_bytes = 4 if out_type == "f32" else 2
     sub_cols = 128 // out_bytes
-    pass_cols = staging_bytes // (SUBTILE_ROWS * out_bytes)
+    pass_cols = STAGING_BYTES // (SUBTILE_ROWS * out_bytes)
     wg_tid = b.and_(b32, ctx.role_tid, 127, name="wg_tid")
     leader = b.setp("eq", u32, wg_tid, 0, name="staging_leader")
     barrier_id = b.add(u32, wg, 1, name="wg_barrier")

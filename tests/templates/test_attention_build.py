@@ -16,12 +16,12 @@ from pkptx.templates.kernels import attention_merge as merge
 from pkptx.toolchain import assemble
 from tests.helpers.assemble import consumer_budget_log
 
-LAUNCHED = [kernel.default_config(*launched) for launched in kernel.LAUNCHED]
+LAUNCHED = [kernel.default_config(*launched, drawn=True) for launched in kernel.LAUNCHED]
 MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
         kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True),
         kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True),
-        kernel.Config(head_dim=128, q_stages=1, pingpong=True), kernel.default_config("bf16", 64, drawn=True),
-        kernel.default_config("f16", 128, drawn=True)]
+        kernel.Config(head_dim=128, q_stages=1, pingpong=True), kernel.default_config("bf16", 64),
+        kernel.default_config("f16", 128)]
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
@@ -52,8 +52,8 @@ def test_merge_assembles_without_spills(cfg):
 
 def test_catalogued():
     assert kernel.__name__ in KERNEL_MODULES and merge.__name__ in KERNEL_MODULES
-    assert [k.name for k in kernel.catalog()] == [kernel.build(kernel.default_config(*launched, drawn=drawn)).name
-                                                   for launched in kernel.LAUNCHED for drawn in (False, True)]
+    assert [k.name for k in kernel.catalog()] == [kernel.build(kernel.default_config(*launched, drawn=True)).name
+                                                   for launched in kernel.LAUNCHED]
 
 
 FORMS = [kernel.default_config("bf16", 128), kernel.Config(head_dim=128, pingpong=True),
@@ -179,16 +179,12 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(op, "tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
     monkeypatch.setattr(op, "empty", lambda shape, dtype, stream=None: DeviceArray(0x900000, shape, dtype))
     monkeypatch.setattr(op, "persistent_grid", lambda kernel, work: min(work, 132))
-    monkeypatch.setattr(op, "context_sm_count", lambda dev=None: context_sms[0])
-    monkeypatch.setattr(op, "context_is_partial", lambda dev=None: context_sms[0] < 132)
-    context_sms = [132]
+    monkeypatch.setattr(op, "context_sm_count", lambda dev=None: 132)
 
     def load(factory, cfg, dev):
         return launched.setdefault(factory.__module__, FakeLaunch(factory, cfg))
     monkeypatch.setattr(op, "load", load)
     arrays = iter(range(1, 100))
-    launched["context_sms"] = context_sms
-    monkeypatch.setattr(op.mps, "in_client_env", lambda: False)
     return launched, lambda shape, dtype=BF: DeviceArray(0x100000 * next(arrays), shape, dtype)
 
 
@@ -214,28 +210,17 @@ def test_attention_host_path_passes_every_parameter(fake_gpu):
     assert (args["diag"], args["lse"]) == (700, 0) and math.isclose(args["scale_log2"], 0.5 * math.log2(math.e))
 
 
-def test_attention_draws_its_tasks_in_a_partial_context(fake_gpu):
-    """In a context of fewer SMs than the device (a green context) the op launches the drawn kernel
-    with its per-stream counter; on the whole device, the fixed stride and no counter."""
+def test_attention_draws_its_tasks_by_head(fake_gpu):
+    """On any device (whole, MPS share, green context) the op launches the drawn kernel with its
+    per-stream counter and the tasks of one (batch, head) together, with a mask or without."""
     import pkptx
     launched, array = fake_gpu
     q = array((1, 300, 4, 64))
-    pkptx.attention(q, q, q)
-    assert launched[kernel.__name__].calls[0][1]["task_counter"] == 0
-    launched["context_sms"][0] = 66
-    pkptx.attention(q, q, q, causal=True)
-    assert launched[kernel.__name__].calls[1][1]["task_counter"] == 0x2000
-
-
-def test_attention_draws_its_tasks_under_mps(fake_gpu, monkeypatch):
-    """An MPS client's SM count already reads as its share: being a client is enough."""
-    import pkptx
-    import pkptx.ops.attention as op
-    launched, array = fake_gpu
-    monkeypatch.setattr(op.mps, "in_client_env", lambda: True)
-    q = array((1, 300, 4, 128))
-    pkptx.attention(q, q, q)
-    assert launched[kernel.__name__].calls[0][1]["task_counter"] == 0x2000
+    for call, causal in enumerate((False, True)):
+        pkptx.attention(q, q, q, causal=causal)
+        args = launched[kernel.__name__].calls[call][1]
+        assert (args["task_counter"], args["by_query_block"]) == (0x2000, 0)
+    assert launched[kernel.__name__].compiled.entry.endswith("_d"), "the drawn kernel"
 
 
 def test_merge_host_path(fake_gpu):

@@ -19,11 +19,12 @@ BOUND = 1e-2          # relative Frobenius error, inputs rounded to 16 bits, P r
 SEQS = st.one_of(st.sampled_from([1, 77, 128, 1000]), st.integers(1, 700))
 
 
-def case(batch, seq_q, seq_k, heads, kv_heads, dim, causal, dtype, drawn=False):
-    """``drawn``: the kernel an MPS share launches (tasks drawn from the stream's counter, which every
-    launch must leave at 0 for the next: the examples run one after another on one stream)."""
+def case(batch, seq_q, seq_k, heads, kv_heads, dim, causal, dtype, stride=False):
+    """``stride``: the fixed-stride kernel (a forced config; the op draws its tasks from the stream's
+    counter, which every launch must leave at 0 for the next: the examples run one after another on one
+    stream)."""
     return dict(batch=batch, seq_q=seq_q, seq_k=seq_k, heads=heads, kv_heads=kv_heads, dim=dim, causal=causal,
-                dtype=dtype, drawn=drawn)
+                dtype=dtype, stride=stride)
 
 
 @st.composite
@@ -43,13 +44,13 @@ def host_inputs(c, seed):
     return q, k, v
 
 
-def run(q, k, v, *, causal, dtype, drawn=False):
+def run(q, k, v, *, causal, dtype, stride=False):
     """(O, LSE) from pkptx.attention into poisoned outputs."""
     from pkptx.launch import empty, from_numpy
     from pkptx.ops.attention import attention
     out = empty(q.shape, DTYPES[dtype]).fill(POISON)
     lse = empty((q.shape[0], q.shape[2], q.shape[1]), np.float32).fill(POISON)
-    config = kernel.default_config(dtype, q.shape[3], drawn=True) if drawn else None
+    config = kernel.default_config(dtype, q.shape[3], drawn=False) if stride else None
     attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse, config=config)
     return out, lse
 
@@ -80,11 +81,11 @@ def check(c, got, got_lse, want, want_lse):
 @example(c=case(2, 77, 1, 4, 2, 128, False, "f16"), seed=2)
 @example(c=case(1, 1000, 77, 3, 1, 64, True, "bf16"), seed=3)      # causal, S_q > S_k: rows with no key
 @example(c=case(1, 1, 1000, 2, 2, 128, True, "bf16"), seed=4)
-@example(c=case(2, 4097, 1000, 4, 2, 128, True, "bf16", drawn=True), seed=6)
-@example(c=case(3, 1000, 77, 2, 1, 64, False, "f16", drawn=True), seed=7)
+@example(c=case(2, 4097, 1000, 4, 2, 128, True, "bf16", stride=True), seed=6)
+@example(c=case(3, 1000, 77, 2, 1, 64, False, "f16", stride=True), seed=7)
 def test_attention_matches_float64(gpu, c, seed):
     q, k, v = host_inputs(c, seed)
-    out, lse = run(q, k, v, causal=c["causal"], dtype=c["dtype"], drawn=c["drawn"])
+    out, lse = run(q, k, v, causal=c["causal"], dtype=c["dtype"], stride=c["stride"])
     want, want_lse = kernel.reference(q, k, v, causal=c["causal"])
     check(c, out.to_numpy().astype(np.float64), lse.to_numpy().astype(np.float64), want, want_lse)
 

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
-from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, TILE_RATE, GemmConfig,
+from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, PINGPONG_TILES, TILE_RATE, GemmConfig,
                                  WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s, fill,
                                  max_stages, plan, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
@@ -81,7 +81,9 @@ def test_the_direct_epilogue_is_weighed_only_when_asked():
 def test_candidates_cover_every_tile_and_split_one():
     opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)
     assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) and set(DEFAULT_TILES) <= set(TILE_RATE)
-    assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM) for c in opts)
+    assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM, pingpong=c.pingpong) for c in opts)
+    assert {(c.tile_m, c.tile_n) for c in opts if c.pingpong} == set(PINGPONG_TILES)
+    assert all(c.splits == 1 and c.epilogue == "tma" for c in opts if c.pingpong)
     assert {c.splits for c in opts} >= {1, 2, 4, 8}
     assert candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, allow_split=False) == \
         [c for c in opts if c.splits == 1]
@@ -94,8 +96,7 @@ def test_candidates_cover_every_tile_and_split_one():
     (GemmConfig(stages=9), "not a legal kernel"),   # over 227 KB
     (GemmConfig(pingpong=True), "256 accumulator registers"),     # 128 x 256 in one warpgroup
     (GemmConfig(64, 256, 4, 2, pingpong=True), "no split-K"),
-    (GemmConfig(staging_kb=24), "staging_kb"),
-    (GemmConfig(64, 256, 5, staging_kb=32, pingpong=True), "over 227 KB"),   # two 32 KB staging buffers
+    (GemmConfig(128, 192, 5, pingpong=True), "over 227 KB"),   # two 16 KB staging buffers beside 5 x 40 KB
     (kernel.Config(), "GemmConfig"),
 ])
 def test_forced_config_is_checked(cfg, message):
@@ -171,14 +172,20 @@ def test_all_reduce_at_world_one_needs_no_communicators():
     assert all_reduce_comm_sms(4096, 4096, 4096, 2, 1, 132, (128, 256)) == 0
 
 
-@pytest.mark.parametrize("tile_n, staging_kb", [(256, 16), (256, 32), (192, 32), (128, 16)])
-def test_max_stages_counts_both_ping_pong_staging_buffers(tile_n, staging_kb):
+@pytest.mark.parametrize("tile_m, tile_n", [(64, 256), (64, 128), (128, 192), (128, 128)])
+def test_max_stages_counts_both_ping_pong_staging_buffers(tile_m, tile_n):
     """The stages max_stages allows for a ping-pong schedule fit beside two warpgroups' staging, one more
     does not."""
-    stages = max_stages(64, tile_n, SMEM, staging_kb=staging_kb, pingpong=True)
-    cfg = GemmConfig(64, tile_n, stages, staging_kb=staging_kb, pingpong=True)
+    stages = max_stages(tile_m, tile_n, SMEM, pingpong=True)
+    cfg = GemmConfig(tile_m, tile_n, stages, pingpong=True)
     assert check_config(cfg, 256, 256, 128, "bf16", "bf16", "nk").smem_bytes <= SMEM
     if stages < 8:
         with pytest.raises(GemmArgumentError, match="227 KB"):
-            check_config(GemmConfig(64, tile_n, stages + 1, staging_kb=staging_kb, pingpong=True), 256, 256, 128,
-                         "bf16", "bf16", "nk")
+            check_config(GemmConfig(tile_m, tile_n, stages + 1, pingpong=True), 256, 256, 128, "bf16", "bf16", "nk")
+
+
+@pytest.mark.parametrize("shape", [(8192, 8192, 1024), (3000, 5000, 2000)])
+def test_k_light_problems_take_the_ping_pong_schedule(shape):
+    """Where a tile's K loop is short, the epilogue the cooperative kernel waits for weighs most: the
+    ping-pong schedule hides it (H100, probe/gemm_pingpong_probe.py: 186.6 vs 197.6 us and 99.1 vs 102.0)."""
+    assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 192, 4, pingpong=True)

@@ -7,13 +7,13 @@ consumer warpgroups that interleave by themselves, two Q buffers (the loader fet
 while the consumers finish the current one; at D=128 they fit because O leaves through the warpgroup's
 Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
 overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, and a rescale
-threshold. A persistent grid walks (batch, head, query block) tasks: head by head for full attention
-(blocks of one head run together and share K/V in L2); for causal attention query block by query
-block, the longest first, so the static stride hands every block a mix of long and short tasks (head by
-head, a grid that is a multiple of the query blocks per head would give each block tasks of one length).
-Under MPS, or in a context of fewer SMs than the device, the blocks draw the tasks from a counter
-instead (``Config.drawn``): there a block may start only when another ends, and with a fixed stride it
-would then run a share of its own after the others (1.4-1.7x the time beside other ranks' kernels).
+threshold. A persistent grid walks (batch, head, query block) tasks, head by head, the last (with a
+causal mask the longest) query block first, so the blocks running at once share their heads' K/V in L2.
+The op's blocks draw the tasks from a counter as they free up (``Config.drawn``): that balances causal
+lengths, and under MPS, where a block may start only when another ends, a fixed stride took 1.4-1.7x
+the time beside other ranks' kernels. The fixed stride remains an option (``drawn=False``); with a mask
+it takes the tasks query block by query block (every block a mix of long and short ones, at the price
+of K/V read from HBM once per query block: 8-30 % slower at 1-16k keys on the H100).
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
 warpgroups, before row 0) cost least. The compute side of the LCSC template; attention_parts holds the
 layout and the softmax.
@@ -63,7 +63,7 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
-    drawn: bool = False          # tasks drawn from a counter as blocks free up (a partial context), else a fixed stride
+    drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -523,20 +523,19 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
 
 
 def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
-    """The configuration the op launches, for either mask (measured on the H200, bench/RESULTS.md
+    """The configuration the op launches (``drawn=True``; measured on the H200, bench/RESULTS.md
     2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
     so the next task's Q loads while this one runs. At D=128 their registers come from the loader
     warpgroup with setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded
     through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
-    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers; the second Q buffer
-    adds 5-14 % at 1-4k keys. ``drawn`` (the op's choice under MPS or in a context of fewer SMs than
-    the device: there a fixed stride took 1.4-1.7x the time beside other ranks' kernels): the consumers
-    wait for each drawn task, so at D=64 they take registers from the loader too (153), where 128
-    spill; at D=128 the driver's JIT leaves 8 bytes of local memory (H100, 2026-12-05). The
-    warpgroups' turns (``pingpong``), the ``overlap`` loop (also with turns, and at D=64 causal on 3
-    K/V stages), a third K/V stage, the rescale threshold and skipping the K/V blocks a warpgroup's rows
-    do not see measured slower or within noise."""
+    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers with a fixed stride;
+    the second Q buffer adds 5-14 % at 1-4k keys. Drawn, the consumers wait for each drawn task, so at
+    D=64 they take registers from the loader too (153), where 128 spill; at D=128 the driver's JIT
+    leaves 8 bytes of local memory (H100, 2026-12-05). The warpgroups' turns (``pingpong``), the
+    ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
+    rescale threshold and skipping the K/V blocks a warpgroup's rows do not see measured slower or
+    within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
@@ -547,5 +546,4 @@ LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128,
 
 def catalog():
     for launched in LAUNCHED:
-        for drawn in (False, True):
-            yield build(default_config(*launched, drawn=drawn))
+        yield build(default_config(*launched, drawn=True))

@@ -22,7 +22,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import BOX_COLS, TILE_K, mma_k_block_chains, stage_accumulators, store_fragments, tile_of
+from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators, store_fragments, tile_of
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 from ..turns import Turns
@@ -41,8 +41,6 @@ class Config:
     group_m: int = 8             # tile rows walked together for L2 reuse
     split_k: bool = False        # work units are (tile, K slice); see split_k
     epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
-    staging_kb: int = 16         # TMA epilogue: KB of staging per consumer warpgroup (a pass each; a slab of
-                                 # 64 x 256 bf16 is 32 KB: with 32 no pass waits for TMA to read the one before)
     pingpong: bool = False       # whole tiles, alternately to two warpgroups that take turns at the tensor
                                  # cores: one's epilogue runs while the other's K loop has them (a 128-row
                                  # tile: two 64-row accumulator chains in one warpgroup)
@@ -59,8 +57,6 @@ class Config:
         if self.acc_regs > 192:
             raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192 (a ping-pong "
                                 f"warpgroup holds the whole tile), got {self}")
-        if self.staging_kb not in (16, 32, 64):
-            raise PTXBuildError(f"gemm Config.staging_kb must be 16, 32 or 64, got {self.staging_kb!r}")
         if self.epilogue not in ("tma", "direct"):
             raise PTXBuildError(f"gemm Config.epilogue must be 'tma' or 'direct', got {self.epilogue!r}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -105,7 +101,7 @@ class Config:
     @property
     def staging_bytes(self) -> int:
         """The TMA epilogue's staging buffers (none for the direct epilogue)."""
-        return self.consumers * self.staging_kb * 1024 if self.epilogue == "tma" else 0
+        return self.consumers * STAGING_BYTES if self.epilogue == "tma" else 0
 
     @property
     def b_box(self) -> tuple[int, int]:
@@ -241,7 +237,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def staging_of(ctx, wg):
         b = ctx.b
-        return (b.mad(u32, wg, cfg.staging_kb * 1024, ctx.smem["staging"], mode="lo", name="wg_staging")
+        return (b.mad(u32, wg, STAGING_BYTES, ctx.smem["staging"], mode="lo", name="wg_staging")
                 if cfg.staging_bytes else None)
 
     def consumer(ctx, task):
@@ -315,7 +311,7 @@ def store_c(cfg: Config):
 def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
     """TMA-store a warpgroup's slab at (row, col) of ``tmap``'s tensor, through its staging buffer."""
     b = ctx.b
-    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype, staging_bytes=cfg.staging_kb * 1024,
+    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
                        issue=lambda sub, off: store_async(b, tmap, (b.add(u32, col, off), row), sub, commit=False))
 
 
@@ -338,7 +334,7 @@ def build(cfg: Config = Config()):
     direct = cfg.epilogue == "direct"
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
                       f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}"
-                      f"{'' if cfg.staging_kb == 16 else f'_st{cfg.staging_kb}'}{'_pp' if cfg.pingpong else ''}",
+                      f"{'_pp' if cfg.pingpong else ''}",
                  params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
     if direct:
         return t.build(**roles(cfg, store=store_direct(cfg)))
@@ -359,4 +355,4 @@ def catalog():
     yield build(Config(split_k=True))
     yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
     yield build(Config(epilogue="direct"))
-    yield build(Config(tile_m=64, tile_n=256, stages=4, pingpong=True, staging_kb=32))
+    yield build(Config(tile_n=192, stages=4, pingpong=True))

@@ -54,7 +54,6 @@ def build(cfg: Config = Config()):
         local_row = b.sub(u32, row, b.mul(u32, owner, ctx.p.rows_per_rank, mode="lo"), name="owner_row")
         tmap = ctx.tmaps["c"].of(b, owner)
         stage_accumulators(ctx, acc, wg, staging, n=g.tile_n, out_type=g.out_dtype,
-                           staging_bytes=g.staging_kb * 1024,
                            issue=lambda sub, offset: store_add_async(b, tmap, (b.add(u32, col, offset), local_row),
                                                                      sub, commit=False))
 
