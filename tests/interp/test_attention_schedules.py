@@ -11,7 +11,7 @@ import pytest
 
 import pkptx
 from pkptx.launch import empty, from_numpy
-from pkptx.templates.kernels.attention import Config, reference
+from pkptx.templates.kernels.attention import Config, default_config, reference
 
 from tests.helpers.interpreted import interpreted_driver
 
@@ -22,7 +22,8 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            Config(head_dim=128, pingpong=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
-           Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2)]
+           Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2),
+           default_config("bf16", 64, drawn=True)]
 
 
 @pytest.fixture(scope="module", autouse=True)
