@@ -63,6 +63,7 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
+    skip_padding: bool = False   # warpgroups of padding rows (before row 0) issue no products (without turns)
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
 
     def __post_init__(self):
@@ -72,6 +73,9 @@ class Config:
                 self.q_stages not in (1, 2):
             raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
                                 f"got {self}")
+        if self.pingpong and self.skip_padding:
+            raise PTXBuildError(f"attention Config: turns go round every warpgroup, padding ones too (pingpong "
+                                f"without skip_padding), got {self}")
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
@@ -111,7 +115,7 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_d" if self.drawn else ""))
+                + ("_d" if self.drawn else "") + ("_sp" if self.skip_padding else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -152,9 +156,9 @@ class Task:
 
     def first_row(self, b, cfg: "Config"):
         """The query block's first row, ``qb * rows - shift`` (.u32 bits). Rows before 0 are padding: whole
-        warpgroups, whose Q TMA zero-fills, which issue no products (without turns), whose O is not stored (a
-        TMA store at a negative coordinate is an illegal instruction on the H200), and no LSE is written
-        for them."""
+        warpgroups, whose Q TMA zero-fills, which issue no products with ``skip_padding``, whose O is not
+        stored (a TMA store at a negative coordinate is an illegal instruction on the H200), and no LSE is
+        written for them."""
         first = b.mul(u32, self.qb, cfg.rows, mode="lo", name="first_row")
         return first if self.shift is None else b.sub(u32, first, self.shift(cfg.rows), name="first_row")
 
@@ -370,8 +374,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             """The run's K/V blocks, one after the other, or (``overlap``) software-pipelined: block j's
             Q·Kᵀ is issued before block j-1's P·V (in one turn with ``pingpong``) and its softmax runs
             while that product is in flight; O is rescaled only once the product is done (wgmma groups
-            complete in order). A warpgroup of padding rows (before row 0) only frees the stages: the
-            tensor cores are left to the block's other warpgroups (at 1024 rows, 192-row blocks pad 128)."""
+            complete in order). With ``skip_padding`` a warpgroup of padding rows (before row 0) only frees
+            the stages: the tensor cores are left to the block's other warpgroups (at 1024 rows, 192-row
+            blocks pad 128)."""
             def key_limit(row):
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
@@ -434,7 +439,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     release(slot)
 
             blocks = kv_blocks(ctx, cfg, first_row, t, keys)
-            if t.shift is None or cfg.pingpong:         # (turns go round every warpgroup)
+            if t.shift is None or not cfg.skip_padding:
                 products(blocks)
                 return
             with b.if_else(b.setp("lt", s32, wg_row, 0, name="padding_rows"), uniform=True) as (padding, real):
