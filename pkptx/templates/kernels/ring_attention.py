@@ -6,8 +6,7 @@ round trip).
 Communicators (the first ``num_comm_sms`` launch tickets; they wait only on the peers' ticket 0, never
 on compute blocks) push this rank's shard straight to every peer that sees it (no relay through other
 ranks): a communicator task is one piece (the K and V rows of one 128-key block of one batch and chunk)
-for one peer, in the order the peers need them: batch by batch, a batch's pieces to the next rank first
-(it attends to this shard right after its own), then to the rank after, and so on.
+for one peer, pieces in the order the compute tasks need them, each piece to every peer before the next.
 It moves the rows through shared memory with 1-D bulk copies (``cp.async.bulk``) into the peer's slot
 for this rank, then raises that piece's arrival flag on the peer (``cp.async.bulk.wait_group 0;
 fence.proxy.async.global; red.release.sys.global.add``). ``Config.lanes`` threads of the communicator
@@ -294,8 +293,8 @@ def build(cfg: Config = Config()):
         return ctx.b.mul(u32, ctx.p.pieces, ctx.b.sub(u32, ctx.world, 1), mode="lo", name="comm_tasks")
 
     def push(ctx, task):
-        """One piece (batch, chunk half, key block) to one peer (batch by batch; within a batch peer by
-        peer, the next rank first, as they attend to this shard), if that peer sees it (a zigzag shard's later chunk only goes to the ranks below this one): wait until
+        """One piece (batch, chunk half, key block; pieces in the compute tasks' order) to one peer, if
+        that peer sees it (a zigzag shard's later chunk only goes to the ranks below this one): wait until
         every rank has started (the first task only), copy its K and V rows into the peer's slot for this
         rank, raise its flag there. Threads 0 .. lanes-1 each do all of it for their share of the chunks,
         with no barrier between them (a lane that times out just exits): each copies and adds 1 to the
@@ -303,16 +302,13 @@ def build(cfg: Config = Config()):
         b, halves = ctx.b, cfg.halves
         world, rank = ctx.world, ctx.rank
         peers = b.sub(u32, world, 1, name="peers")
+        piece = b.div(u32, task, peers, name="piece")
+        dst = b.rem(u32, b.add(u32, b.add(u32, rank, 1), b.rem(u32, task, peers)), world, name="dst")
         k_blocks, chunk = ctx.p.k_blocks, ctx.p.chunk
-        batch_pieces = b.mul(u32, k_blocks, halves, mode="lo", name="batch_pieces")
-        batch_tasks = b.mul(u32, batch_pieces, peers, mode="lo", name="batch_tasks")
-        batch = b.div(u32, task, batch_tasks, name="piece_batch")
-        in_batch = b.rem(u32, task, batch_tasks, name="in_batch")
-        hop = b.div(u32, in_batch, batch_pieces, name="hop")
-        dst = b.rem(u32, b.add(u32, b.add(u32, rank, 1), hop), world, name="dst")
-        piece = b.rem(u32, in_batch, batch_pieces, name="piece")
         kb = b.rem(u32, piece, k_blocks, name="piece_kb")
-        khalf = b.div(u32, piece, k_blocks, name="piece_half")
+        rest = b.div(u32, piece, k_blocks, name="piece_rest")
+        khalf = b.rem(u32, rest, halves, name="piece_half")
+        batch = b.div(u32, rest, halves, name="piece_batch")
         sees = b.setp("lt", u32, ctx.tid, lanes, name="forwarder")
         if halves == 2:
             early = b.setp("eq", u32, khalf, 0, combine="or", c=b.setp("lt", u32, dst, rank), name="sees_chunk")
