@@ -286,9 +286,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
             def run(keys: Keys):
                 for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
-                    stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
-                    if keys.before_load is not None:
+                    if keys.before_load is not None:    # e.g. a peer's flag: probed while the stage is still read
                         keys.before_load(j)
+                    stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
                     key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
                     for ring, x in enumerate("kv"):
                         full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
