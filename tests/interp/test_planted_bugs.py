@@ -50,7 +50,7 @@ def test_missing_arrive(monkeypatch):
     monkeypatch.setattr(isa_builder.Builder, "mbarrier_arrive_expect_tx", expect_only)
     monkeypatch.setattr("tests.interp.test_tier_gemm.kernel", lambda build, cfg: build(cfg))
     with pytest.raises(DeadlockError) as err:
-        run_gemm("nk", "bf16", 16)
+        run_gemm("nk", "bf16")
     text = str(err.value)
     assert "no warp can make progress" in text and "mbarrier full" in text and "1 of 1 arrivals pending" in text, text
 

@@ -198,6 +198,12 @@ class RingPlan(PeerPlan):
             kv_head = b.div(u32, t.head, ctx.p.group, name="kv_head")
             maps = {x: (tensor_map_param(b, f"tmap_{x}"), tensor_map_param(b, f"tmap_{x}r")) for x in "kv"}
             deadline = later_deadline(ctx)
+            # Without a mask a task reads every peer's every block of its batch, so once the loader lane has
+            # acquired them all (and fenced the async proxy after each), its later TMA loads of that batch are
+            # ordered after those acquires: it probes no flag of a batch below ``confirmed`` again.
+            confirmed = None if cfg.causal else b.carried(u32, 0, name="batches_confirmed")
+            unconfirmed = (None if confirmed is None
+                           else b.setp("ge", u32, t.batch, confirmed, name="batch_unconfirmed"))
         neg_chunk = b.neg("s32", chunk, name="skip_run")
         for u in b.range(0, b.mul(u32, world, halves, mode="lo"), name="run"):
             step = b.shr(u32, u, 1, name="step") if halves == 2 else u
@@ -216,12 +222,17 @@ class RingPlan(PeerPlan):
             tmaps = {x: b.selp(u64, maps[x][0], maps[x][1], own, name=f"tmap_{x}_run") for x in "kv"}
 
             def before_load(kb, src=src, khalf=khalf, own=own):
-                with b.if_then(b.not_("pred", own, name="from_peer")):
+                probe = b.not_("pred", own, name="from_peer")
+                if unconfirmed is not None:
+                    probe = b.and_("pred", probe, unconfirmed, name="probe_piece")
+                with b.if_then(probe):
                     await_piece(ctx, arrival_index(b, t.batch, src, khalf, kb, ctx, halves), src, cfg.lanes,
                                 deadline=deadline)
 
             body(attention.Keys(chunk, diag, tmaps.__getitem__,
                                 lambda col, key, slot=slot: (col, kv_head, key, slot, t.batch), before_load))
+        if loader and confirmed is not None:
+            b.max(u32, confirmed, b.add(u32, t.batch, 1, name="next_batch"), into=confirmed)
 
 
 def launches_word(ctx):
