@@ -5,8 +5,6 @@ sequence so row maxima jump by a few log2 units from block to block: with thresh
 and some keep the stale maximum; with 8 almost only the first does."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -25,8 +23,7 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
            Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2),
-           replace(default_config("bf16", 64, drawn=True), skip_padding=True),
-           replace(default_config("bf16", 128, drawn=True), skip_padding=True)]
+           default_config("bf16", 64, drawn=True), default_config("bf16", 128, drawn=True)]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -21,8 +21,7 @@ MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(h
         kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True),
         kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True),
         kernel.Config(head_dim=128, q_stages=1, pingpong=True), kernel.default_config("bf16", 64),
-        kernel.default_config("f16", 128), kernel.Config(head_dim=64, consumers=3, rebalance=True, skip_padding=True),
-        kernel.Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, skip_padding=True)]
+        kernel.default_config("f16", 128)]
 
 
 @pytest.mark.parametrize("cfg", LAUNCHED + MORE, ids=lambda c: c.name)
@@ -81,7 +80,7 @@ def test_ptx_forms_and_determinism(cfg):
     lambda: kernel.Config(head_dim=96), lambda: kernel.Config(dtype="f32"), lambda: kernel.Config(block_k=96),
     lambda: kernel.Config(consumers=4), lambda: kernel.Config(head_dim=128, consumers=3, stages=3),
     lambda: kernel.Config(consumers=1, pingpong=True), lambda: kernel.Config(rescale_threshold=17),
-    lambda: kernel.Config(pingpong=True, skip_padding=True), lambda: merge.Config(threads=100),
+    lambda: merge.Config(threads=100),
 ])
 def test_bad_configs_are_refused(make):
     with pytest.raises(PTXBuildError):

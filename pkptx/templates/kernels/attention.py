@@ -43,8 +43,8 @@ from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, h
                                v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators
 from ..lcsc import Buffer, Ring, Template
-from ..turns import Turns
 from ..progress import release_task_counter
+from ..turns import Turns
 
 SMEM_LIMIT = 227 * 1024
 TENSORS = ("q", "k", "v", "o")
@@ -63,7 +63,6 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
-    skip_padding: bool = False   # warpgroups of padding rows (before row 0) issue no products (without turns)
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
 
     def __post_init__(self):
@@ -73,9 +72,6 @@ class Config:
                 self.q_stages not in (1, 2):
             raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
                                 f"got {self}")
-        if self.pingpong and self.skip_padding:
-            raise PTXBuildError(f"attention Config: turns go round every warpgroup, padding ones too (pingpong "
-                                f"without skip_padding), got {self}")
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
@@ -115,7 +111,7 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_d" if self.drawn else "") + ("_sp" if self.skip_padding else ""))
+                + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -156,9 +152,8 @@ class Task:
 
     def first_row(self, b, cfg: "Config"):
         """The query block's first row, ``qb * rows - shift`` (.u32 bits). Rows before 0 are padding: whole
-        warpgroups, whose Q TMA zero-fills, which issue no products with ``skip_padding``, whose O is not
-        stored (a TMA store at a negative coordinate is an illegal instruction on the H200), and no LSE is
-        written for them."""
+        warpgroups, whose Q TMA zero-fills and whose O is not stored (a TMA store at a negative coordinate
+        is an illegal instruction on the H200), and no LSE is written for them."""
         first = b.mul(u32, self.qb, cfg.rows, mode="lo", name="first_row")
         return first if self.shift is None else b.sub(u32, first, self.shift(cfg.rows), name="first_row")
 
@@ -374,9 +369,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             """The run's K/V blocks, one after the other, or (``overlap``) software-pipelined: block j's
             Q·Kᵀ is issued before block j-1's P·V (in one turn with ``pingpong``) and its softmax runs
             while that product is in flight; O is rescaled only once the product is done (wgmma groups
-            complete in order). With ``skip_padding`` a warpgroup of padding rows (before row 0) only frees
-            the stages: the tensor cores are left to the block's other warpgroups (at 1024 rows, 192-row
-            blocks pad 128)."""
+            complete in order)."""
             def key_limit(row):
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
@@ -393,63 +386,49 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 return online_softmax(b, s_acc, n=cfg.block_k, scale_log2=scale_log2, row_max=row_max,
                                       row_sum=row_sum, threshold=cfg.rescale_threshold)
 
-            def products(blocks):
-                """The run's products and softmax over its ``blocks`` K/V blocks."""
-                if not cfg.overlap:
-                    for j in b.range(0, blocks, name="kv"):
-                        s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                        k_tile = k_ready(kv_uses)
-                        with in_turn():
-                            scores(s_acc, k_tile)
-                        b.wgmma_wait_group(0)
-                        rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
-                        p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
-                        slot, v_tile = v_ready()
-                        with in_turn():
-                            values(p_regs, v_tile)
-                        b.wgmma_wait_group(0)
-                        release(slot)
-                    return
-                with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
-                    p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
+            blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+            if not cfg.overlap:
+                for j in b.range(0, blocks, name="kv"):
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
                     k_tile = k_ready(kv_uses)
                     with in_turn():
                         scores(s_acc, k_tile)
                     b.wgmma_wait_group(0)
-                    rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
-                    p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
-                    for j in b.range(1, blocks, name="kv"):
-                        s_next = b.regs(f32, cfg.block_k // 2, name="s")
-                        k_tile = k_ready(b.add(u32, kv_uses, 1, name="it_next"))
-                        slot, v_tile = v_ready()
-                        with in_turn():
-                            scores(s_next, k_tile)
-                            values(p_regs, v_tile)
-                        b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
-                        correction = softmax(j, s_next)
-                        b.wgmma_wait_group(0)
-                        release(slot)
-                        rescale(b, o_acc, cfg.head_dim, correction)
-                        p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
+                    rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
+                    p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
                     slot, v_tile = v_ready()
                     with in_turn():
                         values(p_regs, v_tile)
                     b.wgmma_wait_group(0)
                     release(slot)
-
-            blocks = kv_blocks(ctx, cfg, first_row, t, keys)
-            if t.shift is None or not cfg.skip_padding:
-                products(blocks)
                 return
-            with b.if_else(b.setp("lt", s32, wg_row, 0, name="padding_rows"), uniform=True) as (padding, real):
-                with padding:       # rows before row 0: free the stages, leave the tensor cores to the others
-                    for _ in b.range(0, blocks, name="kv_skipped"):
-                        k_ready(kv_uses)
-                        release(v_ready()[0])
-                with real:
-                    products(blocks)
-
+            with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
+                p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
+                s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                k_tile = k_ready(kv_uses)
+                with in_turn():
+                    scores(s_acc, k_tile)
+                b.wgmma_wait_group(0)
+                rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
+                p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
+                for j in b.range(1, blocks, name="kv"):
+                    s_next = b.regs(f32, cfg.block_k // 2, name="s")
+                    k_tile = k_ready(b.add(u32, kv_uses, 1, name="it_next"))
+                    slot, v_tile = v_ready()
+                    with in_turn():
+                        scores(s_next, k_tile)
+                        values(p_regs, v_tile)
+                    b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
+                    correction = softmax(j, s_next)
+                    b.wgmma_wait_group(0)
+                    release(slot)
+                    rescale(b, o_acc, cfg.head_dim, correction)
+                    p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
+                slot, v_tile = v_ready()
+                with in_turn():
+                    values(p_regs, v_tile)
+                b.wgmma_wait_group(0)
+                release(slot)
 
         plan.keys(ctx, t, run, loader=False)
         if not cfg.o_in_q:
@@ -550,16 +529,16 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     warpgroup with setmaxnreg (``rebalance``: 32 for the loader, 160 a consumer thread, no spills; loaded
     through the driver's JIT), and the second Q buffer fits because O goes out through the Q tile
     (``o_in_q``): 610-680 TFLOP/s without a mask, +5-15 % over 2 warpgroups (which leave the tensor cores
-    idle while both run their softmax). At D=64 they take registers from the loader too (153; 128 spill
-    since the consumers wait for drawn tasks and padding warpgroups skip their products); the second Q
-    buffer adds 5-14 % at 1-4k keys. At D=128 the driver's JIT leaves 8 bytes of local memory (H100,
-    2026-12-05). The warpgroups' turns (``pingpong``), the
+    idle while both run their softmax). At D=64 3 warpgroups fit in 128 registers with a fixed stride;
+    the second Q buffer adds 5-14 % at 1-4k keys. Drawn, the consumers wait for each drawn task, so at
+    D=64 they take registers from the loader too (153), where 128 spill; at D=128 the driver's JIT
+    leaves 8 bytes of local memory (H100, 2026-12-05). The warpgroups' turns (``pingpong``), the
     ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
-    rescale threshold and skipping the K/V blocks a warpgroup's rows do not see measured slower or
-    within noise."""
+    rescale threshold, skipping the K/V blocks a warpgroup's rows do not see and padding warpgroups
+    that issue no products (2026-12-06) measured slower or within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, drawn=drawn)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
 
 
 LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]
