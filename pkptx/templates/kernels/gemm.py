@@ -8,6 +8,10 @@ A is M x K row-major; B is N x K row-major (``b_layout="nk"``, C = A·Bᵀ) or K
 of 16, M any, N a multiple of 8 (16-byte rows for TMA); partial tiles are handled by TMA (zero fill on
 loads, clipping on stores).
 
+``pingpong=True`` builds the ping-pong form: the two consumer warpgroups take whole tiles in turn (a
+128-row tile as two 64-row accumulator chains whose wgmma interleave), so one's epilogue runs while the
+other's K loop has the tensor cores.
+
 ``split_k=True`` builds the deterministic split-K form (:mod:`..split_k`): work units are (tile, K slice)
 pairs, ``splits`` (a parameter) slices per tile, partials in an f32 workspace, and the last slice to
 arrive sums them in slice order and stores C.
@@ -22,7 +26,8 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators, store_fragments, tile_of
+from ..gemm_parts import (BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators, store_fragments,
+                          tile_of)
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 from ..turns import Turns
@@ -210,9 +215,10 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
                 load_k_block(ctx, cfg, loop, kb, tmap_a, tmap_b, row, col)
 
     def multiply(ctx, wg, kb_first, kb_end, issued=None):
-        """The warpgroup's 64 rows of the tile over k-blocks [kb_first, kb_end): wait for each stage,
-        issue its wgmma, free the stage before (its wgmma are done once one batch is left in flight).
-        ``issued()`` runs once the last batch is issued. Returns the accumulators."""
+        """The warpgroup's rows of the tile (its 64, or in ping-pong the whole tile, 64 rows a chain) over
+        k-blocks [kb_first, kb_end): wait for each stage, issue its wgmma, free the stage before (its wgmma
+        are done once one batch is left in flight). ``issued()`` runs once the last batch is issued.
+        Returns the accumulators, one 64-row chain each."""
         b = ctx.b
         accs = [b.regs(f32, cfg.tile_n // 2, name=f"acc{c}" if c else "acc") for c in range(cfg.chains)]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
@@ -293,10 +299,8 @@ def slab_origin(ctx, cfg: Config, tm, tn, slab):
     """(first row, first column) of 64-row slab ``slab`` of tile (tm, tn) (a warpgroup's, or in ping-pong
     one of its chains)."""
     b = ctx.b
-    if isinstance(slab, int):
-        return (b.mad(u32, tm, cfg.tile_m, 64 * slab, mode="lo", name="slab_row"),
-                b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
-    return (b.mad(u32, tm, cfg.tile_m, b.mul(u32, slab, 64, mode="lo"), mode="lo", name="slab_row"),
+    rows_before = 64 * slab if isinstance(slab, int) else b.mul(u32, slab, 64, mode="lo")
+    return (b.mad(u32, tm, cfg.tile_m, rows_before, mode="lo", name="slab_row"),
             b.mul(u32, tn, cfg.tile_n, mode="lo", name="slab_col"))
 
 
