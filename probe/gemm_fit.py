@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pkptx.ops import gemm_plan  # noqa: E402
 
 REFERENCE = (128, 256)       # rate 1.0: PEAK_PER_SM is this tile's
-LABEL = re.compile(r"(\d+)x(\d+)/(\d+)(?:/k(\d+))?\*?$")
+LABEL = re.compile(r"(\d+)x(\d+)/(\d+)(?:/k(\d+))?(/pp)?\*?$")
 
 
 def read_sweeps(paths) -> tuple[dict, int]:
@@ -38,9 +38,10 @@ def read_sweeps(paths) -> tuple[dict, int]:
             match = LABEL.fullmatch(cells[1])
             if match is None:        # cuBLAS, direct-epilogue schedules, the summary lines
                 continue
-            tm, tn, stages, splits = (int(g) if g else 1 for g in match.groups())
+            tm, tn, stages, splits = (int(g) if g else 1 for g in match.groups()[:4])
             shape = tuple(int(v) for v in cells[0].split("x"))
-            shapes.setdefault(shape, {})[gemm_plan.GemmConfig(tm, tn, stages, splits)] = float(cells[3]) * 1e-6
+            cfg = gemm_plan.GemmConfig(tm, tn, stages, splits, pingpong=bool(match.group(5)))
+            shapes.setdefault(shape, {})[cfg] = float(cells[3]) * 1e-6
     return shapes, sm_count
 
 

@@ -14,7 +14,7 @@ candidate's stages fill most of the shared memory):
 
 A ping-pong schedule (two warpgroups take whole tiles in turn, :class:`kernel.Config` ``pingpong``) runs
 its K loop at the rate of the cooperative kernel's same tile shape (measured on the H100 at 128 x 192
-and 128 x 128, probe/gemm_pingpong_probe.py) while one warpgroup's epilogue runs under the other's K
+and 128 x 128, bench/RESULTS.md 2026-12-06) while one warpgroup's epilogue runs under the other's K
 loop: only the last tile's epilogue is waited for. It holds the whole tile in one warpgroup's registers,
 so only tiles of at most 192 columns (PINGPONG_TILES), and takes no split-K.
 

@@ -187,5 +187,5 @@ def test_max_stages_counts_both_ping_pong_staging_buffers(tile_m, tile_n):
 @pytest.mark.parametrize("shape", [(8192, 8192, 1024), (3000, 5000, 2000)])
 def test_k_light_problems_take_the_ping_pong_schedule(shape):
     """Where a tile's K loop is short, the epilogue the cooperative kernel waits for weighs most: the
-    ping-pong schedule hides it (H100, probe/gemm_pingpong_probe.py: 186.6 vs 197.6 us and 99.1 vs 102.0)."""
+    ping-pong schedule hides it (H100, bench/RESULTS.md 2026-12-06: 186.6 vs 197.6 us and 99.1 vs 102.0)."""
     assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 192, 4, pingpong=True)
