@@ -118,9 +118,11 @@ def test_gemm_128x256x64(layout, out_dtype):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_attention_with_reversed_rounds(causal, monkeypatch):
-    """A tail (300 rows: 3 query blocks), 2 heads: 6 tasks on 2 blocks, so round 1 runs reversed
-    (attention.zigzag); O and LSE against float64."""
+@pytest.mark.parametrize("drawn", [False, True])
+def test_attention_with_reversed_rounds(causal, drawn, monkeypatch):
+    """A tail (300 rows: 3 query blocks), 2 heads: 6 tasks on 2 blocks; with a fixed stride (a forced
+    config) round 1 runs reversed (attention.zigzag), drawn (the op's default) they go head by head;
+    O and LSE against float64."""
     from pkptx.ops import attention as op
     from pkptx.templates.kernels import attention as kernel
     monkeypatch.setattr(op, "grid_size", lambda launchable, tasks: 2)
@@ -128,7 +130,8 @@ def test_attention_with_reversed_rounds(causal, monkeypatch):
     q, k, v = (rng.standard_normal((1, 300, 2, 64), dtype=np.float32).astype(ml_dtypes.bfloat16) for _ in range(3))
     out = empty(q.shape, ml_dtypes.bfloat16).fill(np.nan)
     lse = empty((1, 2, 300), np.float32).fill(np.nan)
-    pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse)
+    pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse,
+                    config=kernel.default_config("bf16", 64, drawn=drawn))
     pkptx.synchronize()
     ref, ref_lse = kernel.reference(q, k, v, causal=causal)
     got = out.to_numpy().astype(np.float64)
