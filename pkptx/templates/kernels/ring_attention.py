@@ -24,9 +24,10 @@ TMA-loading a peer's block, acquire-wait its arrival flag and fence (``ld.acquir
 the consumers); without a mask, a loader lane that has so acquired every peer block of a batch probes
 none of that batch again (its later loads are ordered after those acquires). Flags count launches, so
 they are never reset: the n-th launch waits for n (times the signals per launch), n read on entry from
-arrive[LAUNCHES], the count of launches done on this rank, which the launch's last block advances (:func:`..progress.read_launch_count`; device state,
-so the arguments never change and a CUDA graph replays correctly). Waits name in their flag id the rank
-whose data is missing (:data:`pkptx.launch.status.PEER_FLAG`).
+arrive[LAUNCHES], the count of launches done on this rank, which the launch's last block advances
+(:func:`..progress.read_launch_count`; device state, so the arguments never change and a CUDA graph
+replays correctly). Waits name in their flag id the rank whose data is missing
+(:data:`pkptx.launch.status.PEER_FLAG`).
 
 Causal, zigzag: the global sequence is 2·world chunks of ``chunk`` rows; rank r holds chunks r and
 2·world-1-r (its shard's two halves), so every rank does the same work. A (query chunk, key chunk)
