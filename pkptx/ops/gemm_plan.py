@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..templates.gemm_parts import STAGING_BYTES, TILE_K
+from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -87,10 +87,10 @@ def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
 
 
 def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma", pingpong: bool = False) -> int:
-    """As many stages as fit beside the epilogue staging (what kernel.Config.smem_bytes counts)."""
-    per_stage = (tile_m + tile_n) * TILE_K * 2
-    staging = (2 if pingpong else tile_m // 64) * STAGING_BYTES if epilogue == "tma" else 0
-    return min(MAX_STAGES, (smem_limit - staging - 1024) // per_stage)
+    """As many stages as fit beside the epilogue staging (kernel.Config.smem_bytes, one stage a step)."""
+    one = kernel.Config(tile_m=tile_m, tile_n=tile_n, stages=1, epilogue=epilogue, pingpong=pingpong)
+    per_stage = one.a_bytes + one.b_bytes
+    return min(MAX_STAGES, (smem_limit - one.smem_bytes + per_stage) // per_stage)
 
 
 def fill(units: int, sm_count: int) -> float:

@@ -282,8 +282,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             with own:
                 turns.take(b)
                 accs = multiply(ctx, wg, kb_first, kb_end, issued=lambda: turns.give(b))
+                staging = staging_of(ctx, wg)
                 for chain, acc in enumerate(accs):
-                    store(ctx, acc, tm, tn, wg, staging_of(ctx, wg), slab=chain)
+                    store(ctx, acc, tm, tn, wg, staging, slab=chain)
             with other:
                 loop.pipe.skip(b, b.sub(u32, kb_end, kb_first, name="skipped"))
         b.add(u32, loop.turn, 1, into=loop.turn)
