@@ -2,7 +2,7 @@
 
 For each shape: cuBLAS (torch.matmul) once, then every candidate of ``gemm_plan.candidates`` over every
 tile shape the kernel has, with the TMA epilogue and with the direct one (``/d``: C stored from registers), forced through
-``gemm(..., config=...)``: checked against an fp32 product (and, for split-K, the same bits on
+``gemm(..., config=...)`` (and for M <= 48 the swapped ones, ``/sw``): checked against an fp32 product (and, for split-K, the same bits on
 a second run), then timed. One line per candidate: modelled and measured microseconds, TFLOP/s,
 cuBLAS time / ours, and ``*`` on the model's choice; per shape, the model's pick against the fastest.
 Stops starting new shapes after ``--budget`` seconds (default 100). Needs a GPU and torch.
@@ -55,12 +55,12 @@ def main(argv=None) -> int:
         ref = a.float() @ b.float().T
         flop = 2 * m * n * k
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
-        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
+        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, allow_swap=True)
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
         for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
-                              epilogues=("tma", "direct")):
+                              epilogues=("tma", "direct"), allow_swap=True):
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()

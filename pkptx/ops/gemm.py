@@ -56,6 +56,9 @@ def check_config(cfg, m: int, n: int, k: int, dtype: str, out_dtype: str, b_layo
     """The kernel of a forced ``config`` after checking it fits this problem; no GPU needed."""
     if not isinstance(cfg, GemmConfig):
         raise GemmArgumentError(f"gemm: config must be a pkptx.ops.gemm.GemmConfig, got {type(cfg).__name__}")
+    if cfg.swap and b_layout != "nk":
+        raise GemmArgumentError("gemm: config.swap computes Cᵀ = B·Aᵀ from K-major operands: it needs "
+                                f"b_layout='nk', got {b_layout!r}")
     k_blocks = -(-k // TILE_K)
     if not isinstance(cfg.splits, int) or not 1 <= cfg.splits <= min(MAX_SPLITS, k_blocks):
         raise GemmArgumentError(f"gemm: config.splits = {cfg.splits!r} must be in 1..{min(MAX_SPLITS, k_blocks)} "
@@ -113,19 +116,21 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     device = Device.current()
     names = dtype_name(a.dtype), dtype_name(out.dtype)
     schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
-                              smem_limit=device.smem_per_block_optin)
+                              smem_limit=device.smem_per_block_optin, allow_swap=b_layout == "nk")
     cfg = check_config(schedule, m, n, k, *names, b_layout)
     launchable = load(kernel.build, cfg, device)
-    tiles_m, tiles_n = -(-m // cfg.tile_m), -(-n // cfg.tile_n)
+    rows, cols = schedule.kernel_problem(m, n)
+    first, second = (b, a) if schedule.swap else (a, b)         # swapped: Cᵀ = B·Aᵀ
+    tiles_m, tiles_n = -(-rows // cfg.tile_m), -(-cols // cfg.tile_n)
     grid = persistent_grid(launchable, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
-        tmap_a=tensor_map(a, (cfg.tile_m, TILE_K)), tmap_b=tensor_map(b, cfg.b_box), k=k, tiles_m=tiles_m,
+        tmap_a=tensor_map(first, (cfg.tile_m, TILE_K)), tmap_b=tensor_map(second, cfg.b_box), k=k, tiles_m=tiles_m,
         tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "gemm: timeout"), num_comm_sms=0)
     if cfg.epilogue == "tma":
         values.update(tmap_c=tensor_map(out, cfg.c_box))
     else:
-        values.update(c=out.ptr, m=m, n=n)
+        values.update(c=out.ptr, m=rows, n=cols)
     if cfg.split_k:                      # the launch keeps its workspace (arrays, not addresses)
         partials, tickets = _split_workspace(device, stream, schedule, m, n)
         values.update(splits=schedule.splits, split_ws=partials, split_tickets=tickets)

@@ -18,6 +18,12 @@ and 128 x 128, bench/RESULTS.md 2026-12-06) while one warpgroup's epilogue runs 
 loop: only the last tile's epilogue is waited for. It holds the whole tile in one warpgroup's registers,
 so only tiles of at most 192 columns (PINGPONG_TILES), and takes no split-K.
 
+A problem of few rows (M <= SWAP_MAX_M, B given N x K) also gets the swapped schedules: the kernel
+computes Cᵀ = B·Aᵀ, so N runs down the 64-row wgmma side and M is the wgmma's N (a multiple of 16 from
+16), instead of a 64-row tile of which M fills only a part; the direct epilogue stores the tile
+transposed. A narrow tile's k-block costs what a 64-wide one does (the wgmma read A's 64 rows from shared
+memory either way), and its stages are smaller, so more fit (up to NARROW_MAX_STAGES).
+
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
 (bench/RESULTS.md); ``probe/gemm_sweep_probe.py`` measures every candidate to refit them.
@@ -27,7 +33,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from ..templates.gemm_parts import TILE_K
+from ..templates.gemm_parts import NARROW_STEP, TILE_K
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -54,6 +60,8 @@ MIN_SLICE_BLOCKS = 8          # k-blocks per K slice, at least: a shorter slice 
                               # probe/data/gemm_sweep_2026-12-03.txt)
 MAX_SPLITS = 16
 MAX_STAGES = 8
+NARROW_MAX_STAGES = 12        # a swapped tile's stages are small: more of them keep more of B in flight
+SWAP_MAX_M = 48               # M up to which the swapped schedules are weighed (a narrower tile than 64)
 
 
 @dataclass(frozen=True)
@@ -68,18 +76,24 @@ class GemmConfig:
     group_m: int = 8
     epilogue: str = "tma"        # or "direct": C stored from registers (kernel.Config.epilogue)
     pingpong: bool = False       # whole tiles taken in turn by two warpgroups (kernel.Config.pingpong)
+    swap: bool = False           # compute Cᵀ = B·Aᵀ: tile_m spans N, tile_n spans M (direct epilogue, B N x K)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
-                             split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong)
+                             split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong,
+                             transpose_c=self.swap)
+
+    def kernel_problem(self, m: int, n: int) -> tuple[int, int]:
+        """(rows, columns) of the product the kernel computes: C's, or Cᵀ's when swapped."""
+        return (n, m) if self.swap else (m, n)
 
     @property
     def label(self) -> str:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
-                + ("/pp" if self.pingpong else ""))
+                + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
@@ -90,7 +104,8 @@ def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma",
     """As many stages as fit beside the epilogue staging (kernel.Config.smem_bytes, one stage a step)."""
     one = kernel.Config(tile_m=tile_m, tile_n=tile_n, stages=1, epilogue=epilogue, pingpong=pingpong)
     per_stage = one.a_bytes + one.b_bytes
-    return min(MAX_STAGES, (smem_limit - one.smem_bytes + per_stage) // per_stage)
+    cap = MAX_STAGES if tile_n >= 64 else NARROW_MAX_STAGES
+    return min(cap, (smem_limit - one.smem_bytes + per_stage) // per_stage)
 
 
 def fill(units: int, sm_count: int) -> float:
@@ -100,11 +115,12 @@ def fill(units: int, sm_count: int) -> float:
 
 def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count: int) -> float:
     """Modelled seconds for ``cfg`` on an M x N x K problem (see the module docstring)."""
-    tiles = tiles_of(m, n, cfg.tile_m, cfg.tile_n)
+    tiles = tiles_of(*cfg.kernel_problem(m, n), cfg.tile_m, cfg.tile_n)
     k_blocks = -(-k // TILE_K)
     units = tiles * cfg.splits
     waves = -(-units // sm_count)
-    block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * TILE_RATE[cfg.tile_m, cfg.tile_n])
+    rated = (cfg.tile_m, max(cfg.tile_n, 64))       # a narrow tile's k-block costs a 64-wide one's
+    block_s = 2 * rated[0] * rated[1] * TILE_K / (PEAK_PER_SM * TILE_RATE[rated])
     epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
     unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + reduce_s
@@ -116,35 +132,43 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
 
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-               shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES) -> list[GemmConfig]:
+               shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES,
+               allow_swap: bool = False) -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep; then the ping-pong schedule of each tile in
-    ``pingpong`` (TMA epilogue, unsplit)."""
-    k_blocks = -(-k // TILE_K)
+    ``pingpong`` (TMA epilogue, unsplit); then, with ``allow_swap`` and M <= SWAP_MAX_M, the swapped
+    schedules (M rounded up to 16 as the tile's width, direct epilogue)."""
+    def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
+        idle = allow_split and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
+        return range(1, max(1, min(MAX_SPLITS, -(-k // TILE_K) // MIN_SLICE_BLOCKS) if idle else 1) + 1)
+
     out = []
     for epilogue in epilogues:
         for tile_m, tile_n in shapes:
             stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
-            if stages < 2:
-                continue
-            tiles = tiles_of(m, n, tile_m, tile_n)
-            idle = allow_split and fill(tiles, sm_count) < FILL_ENOUGH
-            top = min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1
-            out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue)
-                    for splits in range(1, max(1, top) + 1)]
-    return out + [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
-                  for tile_m, tile_n in pingpong]
+            if stages >= 2:
+                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue)
+                        for splits in split_counts(m, n, tile_m, tile_n)]
+    out += [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
+            for tile_m, tile_n in pingpong]
+    if allow_swap and m <= SWAP_MAX_M:
+        width = -(-m // NARROW_STEP) * NARROW_STEP
+        for tile_m in (128, 64):
+            stages = max_stages(tile_m, width, smem_limit, "direct")
+            out += [GemmConfig(tile_m, width, stages, splits, epilogue="direct", swap=True)
+                    for splits in split_counts(n, m, tile_m, width)]
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, out_dtype: str, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES) -> GemmConfig:
+         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES, allow_swap: bool = False) -> GemmConfig:
     """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
     Memoized: weighing the candidates costs 30-150 us of Python, more than the launch it picks for."""
     out_bytes = 4 if out_dtype == "f32" else 2
     options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
-                         epilogues=epilogues, pingpong=pingpong)
+                         epilogues=epilogues, pingpong=pingpong, allow_swap=allow_swap)
     return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count))
 
 
@@ -162,7 +186,7 @@ def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: 
 def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:
     """(partial bytes, ticket counters) split-K needs for an M x N output: one f32 slab per slice per
     64-row warpgroup slab, one counter per slab."""
-    slabs = tiles_of(m, n, cfg.tile_m, cfg.tile_n) * (cfg.tile_m // 64)
+    slabs = tiles_of(*cfg.kernel_problem(m, n), cfg.tile_m, cfg.tile_n) * (cfg.tile_m // 64)
     return slabs * cfg.splits * slab_bytes(cfg.tile_n), slabs
 
 

@@ -19,6 +19,7 @@ TILE_K = 64          # one 128-byte swizzle row of a 16-bit type
 K_STEP = 16          # wgmma K for 16-bit inputs
 BOX_COLS = 64        # N-major B and C sub-tiles: 64 16-bit columns = 128 bytes
 SUBTILE_ROWS = 64
+NARROW_STEP = 16     # the narrowest tile_n and its step for K-major B (a swapped small-M problem's M)
 STAGING_BYTES = 16 * 1024   # per consumer warpgroup
 
 
@@ -156,3 +157,36 @@ def store_fragments(b: Builder, acc, wg_tid: Reg, *, n: int, out_type: str, c_pt
                 b.st(f32, dst, Vec((lo, hi)), space="global", pred=ok)
             else:
                 b.st(b32, dst, b.cvt(f"{out_type}x2", f32, hi, lo, rnd="rn"), space="global", pred=ok)
+
+
+def store_fragments_transposed(b: Builder, acc, wg_tid: Reg, *, n: int, out_type: str, c_ptr: Reg, row0: Reg,
+                               col0: Reg, rows: Reg, cols: Reg) -> None:
+    """Store a warpgroup's 64 x n accumulators of Cᵀ (``rows`` x ``cols``) at (row0, col0) transposed,
+    into row-major C (``cols`` x ``rows``), clipped: the epilogue of a swapped problem (Cᵀ = B·Aᵀ for a
+    small M), whose C is a few rows, so single-element stores cost little. A warp's store covers 8
+    consecutive elements of 4 rows of C. Weak stores: the kernel's end publishes them.
+
+    PTX per column j of the lane and half h: ``@ok st.global.b16 [c + ((col0 + j)·rows + row0 + r + 8h)·2],
+    {cvt.rn.bf16.f32}`` (f32: ``st.global.f32``).
+    """
+    out_bytes = 4 if out_type == "f32" else 2
+    frag_row, frag_col = warp_quad(b, wg_tid)
+    row = b.add(u32, row0, frag_row, name="ct_row")
+    col = b.add(u32, col0, frag_col, name="ct_col")
+    cols_left = b.sub("s32", cols, col, name="ct_cols_left")
+    line = b.mul(u32, rows, out_bytes, mode="wide", name="c_line")
+    first = b.mad("u64", b.add("u64", b.mul(u32, col, rows, mode="wide"), b.cvt("u64", u32, row)),
+                  out_bytes, c_ptr, mode="lo", name="ct_addr")
+    ok_rows = [b.setp("lt", u32, b.add(u32, row, 8 * half), rows, name="ct_row_in_c") for half in (0, 1)]
+    for chunk in range(n // 8):
+        for pair in (0, 1):
+            column = 8 * chunk + pair
+            base = b.mad("u64", line, column, first, mode="lo", name="ct_col_addr") if column else first
+            for half in (0, 1):
+                ok = b.setp("gt", "s32", cols_left, column, combine="and", c=ok_rows[half], name="ct_in_c")
+                value = acc[4 * chunk + 2 * half + pair]
+                dst = address(base, 8 * half * out_bytes)
+                if out_bytes == 4:
+                    b.st(f32, dst, value, space="global", pred=ok)
+                else:
+                    b.st(out_type, dst, b.cvt(out_type, f32, value, rnd="rn"), space="global", pred=ok)

@@ -72,6 +72,32 @@ def test_gemm_pingpong(m, k, stages, epilogue, tile_m):
     assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
 
 
+@pytest.mark.parametrize("m, n, tile_n, splits, out_dtype", [(20, 136, 32, 1, "bf16"), (16, 64, 16, 2, "f32"),
+                                                             (40, 72, 48, 3, "bf16")])
+def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype):
+    """The swapped schedule (pkptx.ops.gemm_plan): the kernel computes Cᵀ = B·Aᵀ with B's N rows down
+    the 64-row side and M as a narrow tile, and stores each tile transposed into C (NaN-poisoned
+    first); M and N cut tiles short; split-K sums the slices' partials."""
+    k = 64 * (splits + 1)
+    cfg = gemm.Config(tile_m=64, tile_n=tile_n, stages=2, out_dtype=out_dtype, epilogue="direct",
+                      transpose_c=True, split_k=splits > 1)
+    ranks = Ranks(1, seed=6)
+    (a,), (b,) = _operands(13, 1, m, n, k, "nk")
+    mach = ranks.world.machine
+    out_bytes = 4 if out_dtype == "f32" else 2
+    b_dev, c_dev = mach.from_numpy(b, name="b"), mach.alloc(m * n * out_bytes, name="c")
+    c_dev.write(np.full(m * n * out_bytes // 2, 0x7FC0, np.uint16))
+    values = ranks.gemm_values(cfg, b_dev.base, a, 0, n, m, k)             # the kernel's A is B, its B is A
+    if splits > 1:
+        slabs = values["tiles_m"] * values["tiles_n"]
+        values.update(splits=splits, split_ws=mach.alloc(slabs * splits * 64 * tile_n * 4, name="ws").base,
+                      split_tickets=mach.from_numpy(np.zeros(slabs, np.uint32), name="tickets").base)
+    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=2, smem=cfg.smem_bytes, num_comm_sms=0,
+                 c=c_dev.base, m=n, n=m, **values)
+    ranks.run()
+    assert_close(c_dev.read(DTYPES[out_dtype], (m, n)), gemm.reference(a, b, "nk"), out_dtype, 1, "C")
+
+
 @pytest.mark.parametrize("w", (1, 2, 3))
 def test_gemm_rs_smallest(w):
     cfg = gemm_rs.Config(dataclasses.replace(SMALL, out_dtype="f32"))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
 from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, PINGPONG_TILES, TILE_RATE, GemmConfig,
-                                 WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s, fill,
+                                 SWAP_MAX_M, WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s, fill,
                                  max_stages, plan, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.kernels import gemm as kernel
@@ -98,10 +98,31 @@ def test_candidates_cover_every_tile_and_split_one():
     (GemmConfig(64, 256, 4, 2, pingpong=True), "no split-K"),
     (GemmConfig(128, 192, 5, pingpong=True), "over 227 KB"),   # two 16 KB staging buffers beside 5 x 40 KB
     (kernel.Config(), "GemmConfig"),
+    (GemmConfig(128, 32, 8), "not a legal kernel"),                         # narrow tiles store from registers
 ])
 def test_forced_config_is_checked(cfg, message):
     with pytest.raises(GemmArgumentError, match=message):
         check_config(cfg, 256, 256, 128, "bf16", "bf16", "nk")
+
+
+def test_swap_needs_k_major_b_and_the_direct_epilogue():
+    swapped = GemmConfig(128, 16, 8, epilogue="direct", swap=True)
+    assert check_config(swapped, 16, 256, 128, "bf16", "bf16", "nk").transpose_c
+    with pytest.raises(GemmArgumentError, match="b_layout='nk'"):
+        check_config(swapped, 16, 256, 128, "bf16", "bf16", "kn")
+    with pytest.raises(GemmArgumentError, match="direct"):
+        check_config(GemmConfig(128, 16, 8, swap=True), 16, 256, 128, "bf16", "bf16", "nk")
+
+
+@given(m=st.integers(1, 200), n=st.sampled_from([1024, 4096, 8192, 14336]), k=st.sampled_from([1024, 8192, 16384]))
+def test_swapped_schedules_only_for_few_rows_and_k_major_b(m, n, k):
+    """Swapped candidates exist exactly for M <= SWAP_MAX_M with allow_swap; their width is M rounded up
+    to 16, and the schedule planned without allow_swap never swaps."""
+    opts = candidates(m, n, k, sm_count=H200, smem_limit=SMEM, allow_swap=True)
+    widths = {c.tile_n for c in opts if c.swap}
+    assert widths == ({-(-m // 16) * 16} if m <= SWAP_MAX_M else set())
+    assert all(c.epilogue == "direct" and check_config(c, m, n, k, "bf16", "bf16", "nk") for c in opts if c.swap)
+    assert not plan(m, n, k, "bf16", sm_count=H200, smem_limit=SMEM).swap
 
 
 def test_tails_allowed_in_m_and_n():
@@ -116,6 +137,8 @@ def test_tails_allowed_in_m_and_n():
 def test_workspace_holds_every_slice_of_every_slab():
     part, slabs = workspace_bytes(GemmConfig(128, 256, 4, 4), 200, 300)
     assert slabs == 2 * 2 * 2 and part == slabs * 4 * 64 * 256 * 4
+    part, slabs = workspace_bytes(GemmConfig(128, 16, 12, 4, epilogue="direct", swap=True), 10, 300)
+    assert slabs == 3 * 1 * 2 and part == slabs * 4 * 64 * 16 * 4      # tiles over N x M
 
 
 @given(k_blocks=st.integers(1, 4096), splits=st.integers(1, 16))
@@ -144,6 +167,11 @@ def _kernel_configs():
         for split, out in ((False, "bf16"), (True, "f32")):
             yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n, split_k=split, epilogue="direct",
                                 stages=max_stages(tile_m, tile_n, SMEM, "direct"))
+    for tile_m in (128, 64):                 # swapped: M as a narrow tile, stored transposed
+        for tile_n in range(16, SWAP_MAX_M + 1, 16):
+            for split in (False, True):
+                yield kernel.Config(tile_m=tile_m, tile_n=tile_n, split_k=split, epilogue="direct", transpose_c=True,
+                                    stages=max_stages(tile_m, tile_n, SMEM, "direct"))
 
 
 KERNELS = list(_kernel_configs())

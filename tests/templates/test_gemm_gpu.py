@@ -24,16 +24,17 @@ BOUND = {"bf16": 1e-2, "f16": 2e-3, "f32": 2e-3}     # relative Frobenius error,
 
 @st.composite
 def problems(draw):
-    m, n, k = draw(st.integers(1, 1024)), 8 * draw(st.integers(1, 128)), 16 * draw(st.integers(1, 160))
+    m = draw(st.one_of(st.integers(1, 64), st.integers(1, 1024)))        # few rows: the swapped schedules too
+    n, k = 8 * draw(st.integers(1, 128)), 16 * draw(st.integers(1, 160))
     return (m, n, k, draw(st.sampled_from(["nk", "kn"])), draw(st.sampled_from(["bf16", "f16"])),
             draw(st.sampled_from(["bf16", "f16", "f32"])))
 
 
 @st.composite
-def schedules(draw, m, n, k, sms):
+def schedules(draw, m, n, k, layout, sms):
     """None (the model's choice) or any schedule the model weighs for this shape, split-K included."""
     options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024, shapes=tuple(TILE_RATE),
-                         epilogues=("tma", "direct"))
+                         epilogues=("tma", "direct"), allow_swap=layout == "nk")
     split = [c for c in options if c.splits > 1]
     return draw(st.one_of(st.none(), st.sampled_from(options), *([st.sampled_from(split)] if split else [])))
 
@@ -55,7 +56,7 @@ def _run(problem, seed, config):
 def test_gemm_matches_float64(gpu, problem, seed, data):
     from pkptx.launch.occupancy import context_sm_count
     m, n, k, layout, dtype, out_dtype = problem
-    config = data.draw(schedules(m, n, k, context_sm_count(gpu)), label="config")
+    config = data.draw(schedules(m, n, k, layout, context_sm_count(gpu)), label="config")
     a, b, got = _run(problem, seed, config)
     got = got.astype(np.float64)
     ref = kernel.reference(a, b, layout)
@@ -71,6 +72,8 @@ def test_gemm_matches_float64(gpu, problem, seed, data):
     ((1000, 1000, 4000, "nk", "f16", "f16"), GemmConfig(128, 192, 4, 3)),
     ((1000, 1000, 4000, "nk", "bf16", "f32"), GemmConfig(128, 128, 7, 4, epilogue="direct")),
     ((128, 4096, 8192, "nk", "bf16", "bf16"), None),
+    ((16, 2048, 16384, "nk", "bf16", "f32"), GemmConfig(128, 16, 12, 8, epilogue="direct", swap=True)),
+    ((37, 1000, 4000, "nk", "f16", "bf16"), GemmConfig(64, 48, 8, 3, epilogue="direct", swap=True)),
 ])
 def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     """Deterministic: the same bits on a second run, whichever slice arrives last each time; and the
@@ -88,10 +91,12 @@ def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     ((1000, 1000, 4000, "nk", "bf16", "bf16"), GemmConfig(128, 192, 4, pingpong=True)),
     ((777, 1288, 4096, "kn", "f16", "f32"), GemmConfig(128, 128, 6, pingpong=True)),
     ((3000, 504, 2000, "nk", "bf16", "f16"), GemmConfig(64, 256, 4, pingpong=True)),
+    ((1, 4104, 1024, "nk", "bf16", "bf16"), GemmConfig(128, 16, 12, epilogue="direct", swap=True)),
+    ((45, 777 * 8, 2048, "nk", "f16", "f32"), GemmConfig(64, 48, 10, epilogue="direct", swap=True)),
 ])
-def test_pingpong_matches_float64(gpu, problem, config):
-    """Ping-pong schedules (two warpgroups taking whole tiles in turn) on tails in M and N, both B
-    layouts, every output type."""
+def test_pingpong_and_swapped_match_float64(gpu, problem, config):
+    """Ping-pong schedules (two warpgroups taking whole tiles in turn) and swapped ones (Cᵀ = B·Aᵀ for
+    a few rows, stored transposed) on tails in M and N, both B layouts, every output type."""
     a, b, got = _run(problem, 2, config)
     got = got.astype(np.float64)
     assert not np.isnan(got).any(), "unwritten (poisoned) outputs remain"

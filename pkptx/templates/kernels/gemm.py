@@ -26,8 +26,8 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import (BOX_COLS, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators, store_fragments,
-                          tile_of)
+from ..gemm_parts import (BOX_COLS, NARROW_STEP, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators,
+                          store_fragments, store_fragments_transposed, tile_of)
 from ..lcsc import Buffer, Ring, Template
 from ..split_k import k_range, reduce_slab, slice_of
 from ..turns import Turns
@@ -49,14 +49,23 @@ class Config:
     pingpong: bool = False       # whole tiles, alternately to two warpgroups that take turns at the tensor
                                  # cores: one's epilogue runs while the other's K loop has them (a 128-row
                                  # tile: two 64-row accumulator chains in one warpgroup)
+    transpose_c: bool = False    # the direct epilogue stores the tile transposed: the kernel computes Cᵀ =
+                                 # B·Aᵀ of a problem with a small M (pkptx.ops.gemm_plan's swap), M as N
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
             raise PTXBuildError(f"gemm Config: dtype bf16/f16 and out_dtype bf16/f16/f32, got {self}")
         if self.b_layout not in ("nk", "kn"):
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
-        if self.tile_m not in (64, 128) or self.tile_n % BOX_COLS or not BOX_COLS <= self.tile_n <= 256:
-            raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of 64 up to 256, got {self}")
+        if self.tile_m not in (64, 128) or self.tile_n % NARROW_STEP or not NARROW_STEP <= self.tile_n <= 256:
+            raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of {NARROW_STEP} up to 256, "
+                                f"got {self}")
+        if self.tile_n % BOX_COLS and (self.b_layout != "nk" or self.epilogue != "direct"):
+            raise PTXBuildError(f"gemm Config: a tile_n that is not a multiple of 64 needs b_layout 'nk' and the "
+                                f"direct epilogue (whole 64-column boxes otherwise), got {self}")
+        if self.transpose_c and self.epilogue != "direct":
+            raise PTXBuildError(f"gemm Config: transpose_c stores from registers: it needs epilogue 'direct', "
+                                f"got {self}")
         if self.pingpong and self.split_k:
             raise PTXBuildError(f"gemm Config: pingpong takes no split-K, got {self}")
         if self.acc_regs > 192:
@@ -321,13 +330,15 @@ def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
 
 
 def store_direct(cfg: Config):
-    """The store hook that writes a warpgroup's slab from registers into the ``c`` parameter's array."""
+    """The store hook that writes a warpgroup's slab from registers into the ``c`` parameter's array
+    (``transpose_c``: into Cᵀ's place, C being ``n`` x ``m`` row-major)."""
+    put = store_fragments_transposed if cfg.transpose_c else store_fragments
+
     def store(ctx, acc, tm, tn, wg, staging, slab=None):
         b = ctx.b
         row, col = slab_origin(ctx, cfg, tm, tn, wg if slab is None else slab)
-        store_fragments(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n,
-                        out_type=cfg.out_dtype, c_ptr=ctx.p.c, row0=row, col0=col, rows=ctx.p.m,
-                        cols=ctx.p.n)
+        put(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n, out_type=cfg.out_dtype,
+            c_ptr=ctx.p.c, row0=row, col0=col, rows=ctx.p.m, cols=ctx.p.n)
     return store
 
 
@@ -339,7 +350,7 @@ def build(cfg: Config = Config()):
     direct = cfg.epilogue == "direct"
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
                       f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}"
-                      f"{'_pp' if cfg.pingpong else ''}",
+                      f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}",
                  params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
     if direct:
         return t.build(**roles(cfg, store=store_direct(cfg)))
@@ -360,4 +371,5 @@ def catalog():
     yield build(Config(split_k=True))
     yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
     yield build(Config(epilogue="direct"))
+    yield build(Config(tile_n=16, stages=8, split_k=True, epilogue="direct", transpose_c=True))
     yield build(Config(tile_n=192, stages=4, pingpong=True))
