@@ -1,10 +1,11 @@
 """Time every schedule the GEMM model weighs, per shape, against cuBLAS, to refit pkptx.ops.gemm_plan.
 
 For each shape: cuBLAS (torch.matmul) once, then every candidate of ``gemm_plan.candidates`` over every
-tile shape the kernel has, with the TMA epilogue and with the direct one (``/d``: C stored from registers), forced through
-``gemm(..., config=...)`` (and for M <= 48 the swapped ones, ``/sw``): checked against an fp32 product (and, for split-K, the same bits on
-a second run), then timed. One line per candidate: modelled and measured microseconds, TFLOP/s,
-cuBLAS time / ours, and ``*`` on the model's choice; per shape, the model's pick against the fastest.
+tile shape the kernel has, with the TMA epilogue and with the direct one (``/d``: C stored from
+registers), and for M <= 48 the swapped ones (``/sw``), forced through ``gemm(..., config=...)``:
+checked against an fp32 product (and, for split-K, the same bits on a second run), then timed. One line
+per candidate: modelled and measured microseconds, TFLOP/s, cuBLAS time / ours, and ``*`` on the
+model's choice; per shape, the model's pick against the fastest.
 Stops starting new shapes after ``--budget`` seconds (default 100). Needs a GPU and torch.
 
     python probe/gemm_sweep_probe.py [--budget 100] [--repeats 7] [--shapes 128x8192x8192,...]
