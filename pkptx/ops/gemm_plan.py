@@ -21,8 +21,10 @@ so only tiles of at most 192 columns (PINGPONG_TILES), and takes no split-K.
 A problem of few rows (M <= SWAP_MAX_M, B given N x K) also gets the swapped schedules: the kernel
 computes Cᵀ = B·Aᵀ, so N runs down the 64-row wgmma side and M is the wgmma's N (a multiple of 16 from
 16), instead of a 64-row tile of which M fills only a part; the direct epilogue stores the tile
-transposed. A narrow tile's k-block costs what a 64-wide one does (the wgmma read A's 64 rows from shared
-memory either way), and its stages are smaller, so more fit (up to NARROW_MAX_STAGES).
+transposed. Those problems are bound by B's bytes: a narrow tile runs at the rate of a 64-wide one, its
+stages are smaller, so more fit (up to NARROW_MAX_STAGES), and only 64-row tiles in one wave are weighed
+(H100, bench/RESULTS.md 2026-12-06: 64 x 16 unsplit beat 128 x 16 in two K slices, 47.8 vs 50.8 us at
+16x8192x8192, and K slices beyond one wave of units lost 3-50 %).
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
@@ -119,8 +121,8 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     k_blocks = -(-k // TILE_K)
     units = tiles * cfg.splits
     waves = -(-units // sm_count)
-    rated = (cfg.tile_m, max(cfg.tile_n, 64))       # a narrow tile's k-block costs a 64-wide one's
-    block_s = 2 * rated[0] * rated[1] * TILE_K / (PEAK_PER_SM * TILE_RATE[rated])
+    rate = TILE_RATE[cfg.tile_m, max(cfg.tile_n, 64)]      # a narrow tile: a 64-wide one's rate
+    block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * rate)
     epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
     unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + reduce_s
@@ -138,7 +140,7 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep; then the ping-pong schedule of each tile in
     ``pingpong`` (TMA epilogue, unsplit); then, with ``allow_swap`` and M <= SWAP_MAX_M, the swapped
-    schedules (M rounded up to 16 as the tile's width, direct epilogue)."""
+    schedules (64 x M rounded up to 16, direct epilogue, at most one wave of units)."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
         idle = allow_split and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
         return range(1, max(1, min(MAX_SPLITS, -(-k // TILE_K) // MIN_SLICE_BLOCKS) if idle else 1) + 1)
@@ -154,10 +156,9 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
             for tile_m, tile_n in pingpong]
     if allow_swap and m <= SWAP_MAX_M:
         width = -(-m // NARROW_STEP) * NARROW_STEP
-        for tile_m in (128, 64):
-            stages = max_stages(tile_m, width, smem_limit, "direct")
-            out += [GemmConfig(tile_m, width, stages, splits, epilogue="direct", swap=True)
-                    for splits in split_counts(n, m, tile_m, width)]
+        tiles = tiles_of(n, m, 64, width)
+        out += [GemmConfig(64, width, max_stages(64, width, smem_limit, "direct"), splits, epilogue="direct", swap=True)
+                for splits in split_counts(n, m, 64, width) if splits == 1 or tiles * splits <= sm_count]
     return out
 
 

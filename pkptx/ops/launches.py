@@ -22,7 +22,6 @@ from ..launch.device import stream_handle
 
 MAX_LAUNCHES = 512
 MAX_TENSOR_MAPS = 256
-TMA_L2_PROMOTION: int | None = None   # L2 sector promotion of every op's tensor maps (bytes; None: the driver's none)
 
 _launches: OrderedDict = OrderedDict()
 _tensor_maps: dict = {}
@@ -40,16 +39,14 @@ def array(x, op: str, name: str, error: type) -> DeviceArray:
 
 def tensor_map(arr: DeviceArray, box: tuple, swizzle: int | None = 128) -> TensorMap:
     """The tiled map of ``arr`` with ``box`` (128-byte swizzle unless given), over its address alone (it
-    keeps no reference to the array); encoded once per address, shape, strides, dtype, box, swizzle and
-    L2 promotion."""
-    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box, swizzle, TMA_L2_PROMOTION)
+    keeps no reference to the array); encoded once per address, shape, strides, dtype, box and swizzle."""
+    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box, swizzle)
     tmap = _tensor_maps.get(key)
     if tmap is None:
         if len(_tensor_maps) >= MAX_TENSOR_MAPS:
             _tensor_maps.pop(next(iter(_tensor_maps)))
         tmap = _tensor_maps[key] = TensorMap.tiled(arr.ptr, dtype=arr.dtype, shape=arr.shape, box=box, swizzle=swizzle,
-                                                   strides_bytes=tuple(st * arr.itemsize for st in arr.strides),
-                                                   l2_promotion=TMA_L2_PROMOTION)
+                                                   strides_bytes=tuple(st * arr.itemsize for st in arr.strides))
     return tmap
 
 
