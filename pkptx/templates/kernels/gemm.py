@@ -204,6 +204,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def prologue(ctx):
         b = ctx.b
+        first_thread = b.setp("eq", u32, ctx.tid, 0, name="first_thread")
+        for operand in ("tmap_a", "tmap_b"):        # the first loads need not fetch the descriptors
+            b.prefetch(tensor_map_param(b, operand), level="tensormap", pred=first_thread)
         loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"]).stepped(b)
         loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
         loop.tiles_m = ctx.p.tiles_m
