@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=100.0, help="seconds after which no new shape starts")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list (default: the built-in list)")
+    ap.add_argument("--narrow", default="", help="comma-separated tile shapes narrower than 64 (e.g. 64x32), "
+                                                 "unswapped, direct epilogue, weighed beside the candidates")
     args = ap.parse_args(argv)
     import torch
 
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
     from pkptx.launch import Device, Stream
     from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops.gemm import gemm
-    from pkptx.ops.gemm_plan import TILE_RATE, candidates, estimate_s, plan
+    from pkptx.ops.gemm_plan import TILE_RATE, GemmConfig, candidates, estimate_s, max_stages, plan
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dev = Device.current()
@@ -45,6 +47,7 @@ def main(argv=None) -> int:
     start = time.monotonic()
     print(f"# {dev.name}, {sms} SMs, {smem} B shared memory per block; repeats {args.repeats}")
     print("shape | schedule | model us | measured us | TFLOP/s | cuBLAS/ours | rel err | same bits")
+    narrow = [tuple(int(v) for v in t.split("x")) for t in args.narrow.split(",") if t]
     picks = []
     for m, n, k in shapes:
         if time.monotonic() - start > args.budget:
@@ -60,8 +63,9 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
+        extra = [GemmConfig(tm, tn, max_stages(tm, tn, smem, "direct"), epilogue="direct") for tm, tn in narrow]
         for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
-                              epilogues=("tma", "direct"), allow_swap=True):
+                              epilogues=("tma", "direct"), allow_swap=True) + extra:
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()
