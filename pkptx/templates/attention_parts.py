@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..isa import Builder, Reg, Vec, b32, f32, s32, u32
+from ..isa import Builder, Reg, Vec, f32, s32, u32
 from ..primitives.wgmma import advance, fragment_coords, smem_desc
 
 ROWS = 64                 # query rows per consumer warpgroup (one m64 wgmma)
@@ -31,9 +31,6 @@ BOX_COLS = 64             # TMA box columns: 64 16-bit values = one 128-byte swi
 BOX_BYTES = BOX_ROWS * BOX_COLS * 2
 K_STEP = 16
 NEG_INF = float("-inf")
-ROUNDER = 12582912.0      # 1.5 * 2^23: x + ROUNDER rounds x to an integer held in the low mantissa bits
-EXP2_CUBIC = (0.99992792, 0.69325828, 0.24261235, 0.05518639)   # 2^f on [-1/2, 1/2], relative error 7.5e-5
-FMA_EXP_OF = 8            # Config.fma_exp counts scores out of every 8 of a row
 LN2 = 0.6931471805599453
 
 
@@ -98,26 +95,8 @@ class Correction:
     needed: Reg | None = None
 
 
-def exp2_on_fma(b: Builder, x, *, into: Reg) -> None:
-    """``into`` = 2^x (x <= 0, -inf included) without MUFU.EX2, whose 16 results a clock an SM the softmax
-    of a 64-wide head waits on: x = n + f with n = round(x), 2^f from a cubic, n added to the exponent
-    bits. x is clamped at -128 first, where the exponent sum goes negative and the ``max.s32`` makes it 0
-    (so a masked score, -inf, gives 0 as ex2.approx.ftz does).
-
-    PTX: ``max.f32 c, x, -128; add.rn.f32 t, c, 1.5*2^23; sub.rn.f32 r, t, 1.5*2^23; sub.rn.f32 f, c, r;``
-    three ``fma.rn.f32`` (Horner), ``shl.b32 e, t, 23; add.s32 d, p, e; max.s32 d, d, 0``."""
-    clamped = b.max(f32, x, -128.0, name="exp_arg")
-    shifted = b.add(f32, clamped, ROUNDER, rnd="rn", name="exp_int")
-    frac = b.sub(f32, clamped, b.sub(f32, shifted, ROUNDER, rnd="rn"), rnd="rn", name="exp_frac")
-    c0, c1, c2, c3 = EXP2_CUBIC
-    poly = b.fma(f32, b.fma(f32, b.fma(f32, frac, c3, c2, rnd="rn"), frac, c1, rnd="rn"), frac, c0, rnd="rn",
-                 name="exp_poly")
-    bits = b.add(s32, b.mov(b32, poly, name="exp_bits"), b.shl(b32, shifted, 23, name="exp_field"), name="exp_bits")
-    b.mov(b32, b.max(s32, bits, 0, name="exp_bits"), into=into)
-
-
 def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_sum,
-                   threshold: float = 0.0, fma_exp: int = 0) -> Correction:
+                   threshold: float = 0.0) -> Correction:
     """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
     ``row_max`` (in scaled log2 units) and the lane's partial ``row_sum`` are updated (the sum is
     completed across the quad only at the end). A row with no unmasked key so far keeps m = -inf and
@@ -128,9 +107,6 @@ def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_s
     stays below 2^threshold, exact in f32 and in P's 16-bit type), so O is rescaled only in the
     blocks where some row's maximum jumps: the first ones. The result is the same softmax; m used for
     P and for the sum always agree, and LSE = m + log2(l) holds for any m.
-
-    ``fma_exp`` of every FMA_EXP_OF scores take 2^x from :func:`exp2_on_fma` (FMA pipe), the rest from
-    ``ex2.approx`` (MUFU): FlashAttention-4's way of sharing the exponentials between the two.
 
     PTX per row: a ``max.f32`` tree, :func:`quad_reduce`, ``mul.f32``/``max.f32`` for the candidate
     m, (threshold: ``sub.f32`` and ``setp.gt.f32`` (``.or``) per row, ``vote.sync.any.pred``, ``selp.f32``),
@@ -159,12 +135,8 @@ def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_s
         base = b.selp(f32, 0.0, new_max, empty, name="max_used")
         factor = b.ex2(f32, b.sub(f32, row_max[half], base), ftz=True, name="corr")
         neg_base = b.neg(f32, base, name="neg_max")
-        for i, s in enumerate(scores):
-            x = b.fma(f32, s, scale_log2, neg_base, rnd="rn")
-            if i % FMA_EXP_OF < fma_exp:
-                exp2_on_fma(b, x, into=s)
-            else:
-                b.ex2(f32, x, ftz=True, into=s)
+        for s in scores:
+            b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), ftz=True, into=s)
         total = tree(b, "add", scores, name="blk_sum")
         b.fma(f32, row_sum[half], factor, total, rnd="rn", into=row_sum[half])
         b.mov(f32, new_max, into=row_max[half])

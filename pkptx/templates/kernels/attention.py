@@ -38,7 +38,7 @@ from ...isa import Param, Reg, Vec, address, b8, b32, f32, s32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..attention_parts import (BOX_COLS, BOX_ROWS, FMA_EXP_OF, K_STEP, LN2, NEG_INF, ROWS, half_regs, k_box_offset,
+from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, half_regs, k_box_offset,
                                mask_columns, online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, rescale,
                                v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators
@@ -63,7 +63,6 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
-    fma_exp: int = 0             # of every 8 scores, this many get 2^x from a cubic on the FMA pipe, not MUFU.EX2
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
 
     def __post_init__(self):
@@ -78,9 +77,6 @@ class Config:
                                 f"got {self}")
         if self.rescale_threshold not in range(17):
             raise PTXBuildError(f"attention Config: rescale_threshold in [0, 16] (P stays below 2^threshold), "
-                                f"got {self}")
-        if self.fma_exp not in range(FMA_EXP_OF + 1):
-            raise PTXBuildError(f"attention Config: fma_exp in [0, {FMA_EXP_OF}] (scores of every {FMA_EXP_OF}), "
                                 f"got {self}")
         if self.smem_bytes > SMEM_LIMIT:
             raise PTXBuildError(f"attention Config needs {self.smem_bytes} bytes of shared memory, over 227 KB")
@@ -115,7 +111,7 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + (f"_e{self.fma_exp}" if self.fma_exp else "") + ("_d" if self.drawn else ""))
+                + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -388,7 +384,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 with b.if_then(partial, uniform=True):
                     mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
                 return online_softmax(b, s_acc, n=cfg.block_k, scale_log2=scale_log2, row_max=row_max,
-                                      row_sum=row_sum, threshold=cfg.rescale_threshold, fma_exp=cfg.fma_exp)
+                                      row_sum=row_sum, threshold=cfg.rescale_threshold)
 
             blocks = kv_blocks(ctx, cfg, first_row, t, keys)
             if not cfg.overlap:
