@@ -37,12 +37,6 @@ if os.environ.get("PROBE_SET") == "drawn":   # the op's drawn kernels: 192-row b
                         Config(head_dim=128, consumers=2, drawn=True),
                         Config(head_dim=128, consumers=2, o_in_q=True, drawn=True)]}
     SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (32, 16, 1024, 128), (16, 16, 2048, 128)]
-if os.environ.get("PROBE_SET") == "trim":     # the op's kernels with and without per-warpgroup block counts
-    CANDIDATES = {64: [Config(head_dim=64, consumers=3, rebalance=True, drawn=True, trim=t) for t in (False, True)],
-                  128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, trim=t)
-                        for t in (False, True)]}
-    SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (32, 16, 1024, 128),
-              (1, 32, 4096, 128), (4, 16, 8192, 128), (1, 32, 16384, 128)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

@@ -23,9 +23,6 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
            Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2),
-           Config(head_dim=64, consumers=3, rebalance=True, drawn=True, trim=True),
-           Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, trim=True),
-           Config(head_dim=128, overlap=True, rebalance=True, trim=True),
            default_config("bf16", 64, drawn=True), default_config("bf16", 128, drawn=True)]
 
 

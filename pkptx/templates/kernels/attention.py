@@ -63,7 +63,6 @@ class Config:
     pingpong: bool = False       # consumer warpgroups issue their products in turn (FlashAttention-3's ping-pong)
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
-    trim: bool = False           # a warpgroup computes only the K/V blocks its own rows see, and passes over the rest
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
 
     def __post_init__(self):
@@ -73,9 +72,6 @@ class Config:
                 self.q_stages not in (1, 2):
             raise PTXBuildError(f"attention Config: block_k 64/128, consumers 1-3, stages >= 1, q_stages 1-2, "
                                 f"got {self}")
-        if self.trim and self.pingpong:
-            raise PTXBuildError(f"attention Config: trim takes no pingpong (a warpgroup passing over blocks takes no "
-                                f"turns), got {self}")
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
@@ -115,7 +111,7 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_tr" if self.trim else "") + ("_d" if self.drawn else ""))
+                + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -247,15 +243,6 @@ def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
     return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
 
 
-def wg_kv_blocks(b, cfg: Config, wg_row, t: Task, keys: Keys):
-    """K/V blocks of a run one warpgroup's 64 rows see: fewer than the query block's on the causal
-    diagonal, none for a padding warpgroup (rows before 0) or rows past the queries."""
-    end = b.min(s32, b.add(s32, wg_row, ROWS), t.rows, name="wg_rows_end")
-    last = b.min(s32, b.max(s32, b.add(s32, end, keys.diag), 0), keys.seq_k, name="wg_keys_end")
-    last = b.selp(s32, last, 0, b.setp("gt", s32, end, 0, name="wg_has_rows"), name="wg_keys_end")
-    return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="wg_kv_blocks")
-
-
 def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     d_boxes, k_boxes = cfg.head_dim // BOX_COLS, cfg.block_k // BOX_ROWS
 
@@ -382,9 +369,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             """The run's K/V blocks, one after the other, or (``overlap``) software-pipelined: block j's
             Q·Kᵀ is issued before block j-1's P·V (in one turn with ``pingpong``) and its softmax runs
             while that product is in flight; O is rescaled only once the product is done (wgmma groups
-            complete in order). With ``trim`` the warpgroup runs only the blocks its rows see
-            (:func:`wg_kv_blocks`), then waits for the others' and releases them (arriving on a stage's
-            empty barrier only once it is full keeps its arrivals in that stage's current phase)."""
+            complete in order)."""
             def key_limit(row):
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
@@ -401,40 +386,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 return online_softmax(b, s_acc, n=cfg.block_k, scale_log2=scale_log2, row_max=row_max,
                                       row_sum=row_sum, threshold=cfg.rescale_threshold)
 
-            def overlapped(blocks):
-                """Blocks [0, blocks) with block j's Q·Kᵀ issued before block j-1's P·V (``overlap``)."""
-                with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
-                    p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
-                    s_acc = b.regs(f32, cfg.block_k // 2, name="s")
-                    k_tile = k_ready(kv_uses)
-                    with in_turn():
-                        scores(s_acc, k_tile)
-                    b.wgmma_wait_group(0)
-                    rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
-                    p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
-                    for j in b.range(1, blocks, name="kv"):
-                        s_next = b.regs(f32, cfg.block_k // 2, name="s")
-                        k_tile = k_ready(b.add(u32, kv_uses, 1, name="it_next"))
-                        slot, v_tile = v_ready()
-                        with in_turn():
-                            scores(s_next, k_tile)
-                            values(p_regs, v_tile)
-                        b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
-                        correction = softmax(j, s_next)
-                        b.wgmma_wait_group(0)
-                        release(slot)
-                        rescale(b, o_acc, cfg.head_dim, correction)
-                        p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
-                    slot, v_tile = v_ready()
-                    with in_turn():
-                        values(p_regs, v_tile)
-                    b.wgmma_wait_group(0)
-                    release(slot)
-
             blocks = kv_blocks(ctx, cfg, first_row, t, keys)
-            seen = wg_kv_blocks(b, cfg, wg_row, t, keys) if cfg.trim else blocks
             if not cfg.overlap:
-                for j in b.range(0, seen, name="kv"):
+                for j in b.range(0, blocks, name="kv"):
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
                     k_tile = k_ready(kv_uses)
                     with in_turn():
@@ -447,12 +401,34 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         values(p_regs, v_tile)
                     b.wgmma_wait_group(0)
                     release(slot)
-            else:
-                overlapped(seen)
-            if cfg.trim:        # the blocks only the other warpgroups see: their stages, released once full
-                for _ in b.range(seen, blocks, name="kv_unseen"):
-                    k_ready(kv_uses)
-                    release(v_ready()[0])
+                return
+            with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
+                p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
+                s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                k_tile = k_ready(kv_uses)
+                with in_turn():
+                    scores(s_acc, k_tile)
+                b.wgmma_wait_group(0)
+                rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
+                p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
+                for j in b.range(1, blocks, name="kv"):
+                    s_next = b.regs(f32, cfg.block_k // 2, name="s")
+                    k_tile = k_ready(b.add(u32, kv_uses, 1, name="it_next"))
+                    slot, v_tile = v_ready()
+                    with in_turn():
+                        scores(s_next, k_tile)
+                        values(p_regs, v_tile)
+                    b.wgmma_wait_group(1)                    # S_j is in; P·V of block j-1 may still run
+                    correction = softmax(j, s_next)
+                    b.wgmma_wait_group(0)
+                    release(slot)
+                    rescale(b, o_acc, cfg.head_dim, correction)
+                    p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
+                slot, v_tile = v_ready()
+                with in_turn():
+                    values(p_regs, v_tile)
+                b.wgmma_wait_group(0)
+                release(slot)
 
         plan.keys(ctx, t, run, loader=False)
         if not cfg.o_in_q:
@@ -561,8 +537,8 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     rescale threshold, skipping the K/V blocks a warpgroup's rows do not see and padding warpgroups
     that issue no products (2026-12-06) measured slower or within noise."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn, trim=True)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn, trim=True)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
 
 
 LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]

@@ -406,11 +406,10 @@ def reference(q_shards, k_shards, v_shards, *, causal: bool, scale: float | None
 
 def default_config(dtype: str, head_dim: int, causal: bool, kind=Config) -> Config:
     """The configuration the op launches: attention's at D=128 (3 consumer warpgroups with setmaxnreg, two
-    Q buffers, O out through the Q tile), without ``trim`` (measured for attention alone, not yet in
-    the ring); at D=64 2 consumer warpgroups (with 3, the per-run bookkeeping spills at 128 registers a
-    thread) and one Q buffer."""
+    Q buffers, O out through the Q tile); at D=64 2 consumer warpgroups (with 3, the per-run bookkeeping
+    spills at 128 registers a thread) and one Q buffer."""
     if head_dim == 128:
-        return kind(dataclasses.replace(attention.default_config(dtype, head_dim), trim=False), causal)
+        return kind(attention.default_config(dtype, head_dim), causal)
     return kind(attention.Config(dtype=dtype, head_dim=head_dim, consumers=2, q_stages=1), causal)
 
 
