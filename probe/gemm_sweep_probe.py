@@ -8,7 +8,7 @@ per candidate: modelled and measured microseconds, TFLOP/s, cuBLAS time / ours, 
 model's choice; per shape, the model's pick against the fastest.
 Stops starting new shapes after ``--budget`` seconds (default 100). Needs a GPU and torch.
 
-    python probe/gemm_sweep_probe.py [--budget 100] [--repeats 7] [--shapes 128x8192x8192,...]
+    python probe/gemm_sweep_probe.py [--budget 100] [--repeats 7] [--shapes 128x8192x8192,...] [--narrow 64x32,...]
 """
 from __future__ import annotations
 
