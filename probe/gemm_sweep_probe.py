@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     print(f"# {dev.name}, {sms} SMs, {smem} B shared memory per block; repeats {args.repeats}")
     print("shape | schedule | model us | measured us | TFLOP/s | cuBLAS/ours | rel err | same bits")
     narrow = [tuple(int(v) for v in t.split("x")) for t in args.narrow.split(",") if t]
+    extra = [GemmConfig(tm, tn, max_stages(tm, tn, smem, "direct"), epilogue="direct") for tm, tn in narrow]
     picks = []
     for m, n, k in shapes:
         if time.monotonic() - start > args.budget:
@@ -63,7 +64,6 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
-        extra = [GemmConfig(tm, tn, max_stages(tm, tn, smem, "direct"), epilogue="direct") for tm, tn in narrow]
         for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
                               epilogues=("tma", "direct"), allow_swap=True) + extra:
             c.fill_(float("nan"))
