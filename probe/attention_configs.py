@@ -37,6 +37,17 @@ if os.environ.get("PROBE_SET") == "drawn":   # the op's drawn kernels: 192-row b
                         Config(head_dim=128, consumers=2, drawn=True),
                         Config(head_dim=128, consumers=2, o_in_q=True, drawn=True)]}
     SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (32, 16, 1024, 128), (16, 16, 2048, 128)]
+if os.environ.get("PROBE_SET") == "stages":  # the op's D=64 kernel on 2, 3 and 4 K/V stages
+    CANDIDATES = {64: [Config(head_dim=64, consumers=3, rebalance=True, drawn=True, stages=n) for n in (2, 3, 4)]}
+    SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64)]
+if os.environ.get("PROBE_SET") == "flat":    # the op's kernels against flat tasks (no padding warpgroups)
+    CANDIDATES = {64: [Config(head_dim=64, consumers=3, rebalance=True, drawn=True),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=4),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=3)],
+                  128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True),
+                        Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, flat=True)]}
+    SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (32, 16, 1024, 128),
+              (4, 16, 8192, 128)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

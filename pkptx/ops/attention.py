@@ -14,7 +14,7 @@ from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
 from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
-from ..templates.attention_parts import BOX_COLS, BOX_ROWS
+from ..templates.attention_parts import BOX_COLS, BOX_ROWS, ROWS
 from ..templates.kernels import attention as kernel
 from ..templates.kernels import attention_merge as merge_kernel
 from .common import ArgumentError, dtype_name, load
@@ -130,13 +130,18 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         q.shape, q.dtype, k.shape, k.dtype, v.shape, v.dtype, out.shape, out.dtype, *shape_dtype(lse),
         causal=causal, scale=scale)
     device = Device.current()
-    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=True)
+    cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=True,
+                                          flat=kernel.flat_tasks(causal, dim, seq_q))
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")
+    slices = -(-seq_q // ROWS)          # a head's slices of 64 query rows (one consumer warpgroup's)
+    if cfg.flat and slices < cfg.consumers - 1:
+        raise AttentionArgumentError(f"attention: a flat config with {cfg.consumers} consumer warpgroups needs S_q > "
+                                     f"{ROWS * (cfg.consumers - 2)}, got {seq_q}")
     launchable = load(kernel.build, cfg, device)
-    q_blocks = -(-seq_q // cfg.rows)
-    tasks = batch * heads * q_blocks
+    q_blocks = slices if cfg.flat else -(-seq_q // cfg.rows)
+    tasks = -(-batch * heads * slices // cfg.consumers) if cfg.flat else batch * heads * q_blocks
     scale = dim ** -0.5 if scale is None else float(scale)
     return launchable.prepare(
         LaunchConfig(grid_size(launchable, tasks), launchable.threads),
@@ -146,7 +151,8 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         scale_log2=scale * math.log2(math.e), by_query_block=by_query_block(causal, cfg.drawn),
         task_counter=task_counter(device, stream).ptr if cfg.drawn else 0, rank=0, world=1,
         status=device_status(device).ptr,
-        timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0).launch
+        timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0,
+        slices=batch * heads * slices).launch
 
 
 def check_merge(out_a_shape, out_a_dtype, lse_a_shape, lse_a_dtype, out_b_shape, out_b_dtype, lse_b_shape,

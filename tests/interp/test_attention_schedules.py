@@ -8,6 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import pkptx
 from pkptx.launch import empty, from_numpy
@@ -23,7 +24,10 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            Config(head_dim=128, consumers=3, q_stages=1, rebalance=True, rescale_threshold=2),
            Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True),
            Config(head_dim=64, consumers=3, q_stages=1, rescale_threshold=2),
-           default_config("bf16", 64, drawn=True), default_config("bf16", 128, drawn=True)]
+           default_config("bf16", 64, drawn=True), default_config("bf16", 128, drawn=True),
+           default_config("bf16", 64, drawn=True, flat=True),
+           Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, flat=True),
+           Config(head_dim=64, consumers=2, stages=3, flat=True)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,3 +83,40 @@ def test_partial_block_first(dim, causal, seq_q, seq_k):
     assert (np.isneginf(got_lse) == np.isneginf(ref_lse)).all()
     finite = np.isfinite(ref_lse)
     assert np.abs(got_lse[finite] - ref_lse[finite]).max() < 2e-2
+
+
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.integers(1, 2), seq_q=st.integers(65, 420),
+       seq_k=st.integers(1, 300), causal=st.booleans(), blocks=st.integers(1, 3))
+def test_flat_tasks_cover_every_slice_once(batch, kv_heads, group, seq_q, seq_k, causal, blocks):
+    """Flat tasks (runs of 3 slices across heads, two K/V runs interleaved, warpgroups past the last slice)
+    on 1-3 blocks, any S_q the op allows, S_k, GQA and mask: every row's O and LSE against float64,
+    poison first, so a slice computed twice or never (or a past-the-end warpgroup storing) shows."""
+    from pkptx.ops import attention as op
+    rng = np.random.default_rng()
+    heads = kv_heads * group
+    q = rng.standard_normal((batch, seq_q, heads, 64), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    k, v = (rng.standard_normal((batch, seq_k, kv_heads, 64), dtype=np.float32).astype(ml_dtypes.bfloat16)
+            for _ in range(2))
+    out = empty(q.shape, ml_dtypes.bfloat16).fill(np.nan)
+    lse = empty((batch, heads, seq_q), np.float32).fill(np.nan)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(op, "grid_size", lambda launchable, tasks: blocks)
+        pkptx.attention(from_numpy(q), from_numpy(k), from_numpy(v), causal=causal, out=out, lse=lse,
+                        config=default_config("bf16", 64, drawn=True, flat=True))
+        pkptx.synchronize()
+    ref, ref_lse = reference(q, k, v, causal=causal)
+    got, got_lse = out.to_numpy().astype(np.float64), lse.to_numpy()
+    assert not np.isnan(got).any() and not np.isnan(got_lse).any(), "poison left in O or LSE"
+    assert np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30) <= 1e-2
+    assert (np.isneginf(got_lse) == np.isneginf(ref_lse)).all()
+    finite = np.isfinite(ref_lse)
+    assert np.abs(got_lse[finite] - ref_lse[finite]).max(initial=0) < 2e-2
+
+
+def test_flat_config_needs_two_slices_a_head():
+    """The op refuses a flat config whose tasks could span three heads (S_q <= 64 with 3 consumers)."""
+    from pkptx.ops.attention import AttentionArgumentError
+    q = from_numpy(np.ones((1, 64, 2, 64), dtype=ml_dtypes.bfloat16))
+    with pytest.raises(AttentionArgumentError, match="S_q > 64"):
+        pkptx.attention(q, q, q, config=default_config("bf16", 64, drawn=True, flat=True))

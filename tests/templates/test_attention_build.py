@@ -16,7 +16,7 @@ from pkptx.templates.kernels import attention_merge as merge
 from pkptx.toolchain import assemble
 from tests.helpers.assemble import consumer_budget_log
 
-LAUNCHED = [kernel.default_config(*launched, drawn=True) for launched in kernel.LAUNCHED]
+LAUNCHED = list(kernel.LAUNCHED)
 MORE = [kernel.Config(head_dim=128, block_k=64, rebalance=True), kernel.Config(head_dim=64, consumers=2, stages=3),
         kernel.Config(head_dim=128, consumers=1, stages=3, q_stages=1), kernel.Config(head_dim=128, rebalance=True),
         kernel.Config(head_dim=128, q_stages=1, rebalance=True, overlap=True), kernel.Config(head_dim=64, overlap=True),
@@ -52,8 +52,7 @@ def test_merge_assembles_without_spills(cfg):
 
 def test_catalogued():
     assert kernel.__name__ in KERNEL_MODULES and merge.__name__ in KERNEL_MODULES
-    assert [k.name for k in kernel.catalog()] == [kernel.build(kernel.default_config(*launched, drawn=True)).name
-                                                   for launched in kernel.LAUNCHED]
+    assert [k.name for k in kernel.catalog()] == [kernel.build(cfg).name for cfg in kernel.LAUNCHED]
 
 
 FORMS = [kernel.default_config("bf16", 128), kernel.Config(head_dim=128, pingpong=True),

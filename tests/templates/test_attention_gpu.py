@@ -142,13 +142,12 @@ def test_default_outputs_and_dlpack_inputs(gpu):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("launched", kernel.LAUNCHED, ids=str)
-def test_launched_kernels_do_not_spill(gpu, launched):
+@pytest.mark.parametrize("cfg", kernel.LAUNCHED, ids=lambda c: c.name)
+def test_launched_kernels_do_not_spill(gpu, cfg):
     """The configs the op launches, as loaded (the driver's JIT for setmaxnreg ones): no local memory,
     but the 8 bytes the JIT has left at D=128 since the consumers wait for drawn tasks (H100, 2026-12-05)."""
     from pkptx.launch import Device
     from pkptx.ops.common import load
-    cfg = kernel.default_config(*launched, drawn=True)
     fn = load(kernel.build, cfg, Device.current()).function
     print(f"{cfg.name}: {fn.num_regs} registers at entry, {fn.local_bytes} local bytes")
     assert fn.local_bytes <= (8 if cfg.head_dim == 128 else 0), (cfg.name, fn.local_bytes)

@@ -15,7 +15,9 @@ the time beside other ranks' kernels. The fixed stride remains an option (``draw
 it takes the tasks query block by query block (every block a mix of long and short ones, at the price
 of K/V read from HBM once per query block: 8-30 % slower at 1-16k keys on the H100).
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
-warpgroups, before row 0) cost least. The compute side of the LCSC template; attention_parts holds the
+warpgroups, before row 0) cost least. Flat tasks (``Config.flat``, :class:`FlatPlan`) have no padding: a
+task is the next ``consumers`` 64-row slices of the (batch, head, slice) sequence, and one that ends a head and begins the
+next streams both heads' K/V, interleaved. The compute side of the LCSC template; attention_parts holds the
 layout and the softmax.
 
 Layout (B, S, H, D), contiguous, bf16 or f16, D 64 or 128. K/V heads divide Q heads (GQA: Q head h
@@ -27,7 +29,7 @@ see no key get O = 0 and LSE = -inf.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -64,6 +66,7 @@ class Config:
     rescale_threshold: int = 0   # log2 units: O is rescaled only when a row's maximum grows by more (0: always)
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
+    flat: bool = False           # tasks are runs of 64-row slices that may span two heads (:class:`FlatPlan`)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -74,6 +77,9 @@ class Config:
                                 f"got {self}")
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
+                                f"got {self}")
+        if self.flat and (self.overlap or self.pingpong):
+            raise PTXBuildError(f"attention Config: flat tasks take the plain loop (no overlap, no pingpong), "
                                 f"got {self}")
         if self.rescale_threshold not in range(17):
             raise PTXBuildError(f"attention Config: rescale_threshold in [0, 16] (P stays below 2^threshold), "
@@ -111,13 +117,13 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_d" if self.drawn else ""))
+                + ("_f" if self.flat else "") + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
     Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
     Param("group", u32), Param("seq_q", u32), Param("seq_k", u32), Param("diag", s32), Param("scale_log2", f32),
-    Param("by_query_block", u32), Param("task_counter", u64, pointer=True))
+    Param("by_query_block", u32), Param("task_counter", u64, pointer=True), Param("slices", u32))
 
 
 def template(cfg: Config) -> Template:
@@ -157,6 +163,10 @@ class Task:
         first = b.mul(u32, self.qb, cfg.rows, mode="lo", name="first_row")
         return first if self.shift is None else b.sub(u32, first, self.shift(cfg.rows), name="first_row")
 
+    def stored(self, b, wg_row):
+        """When a warpgroup stores its O (None: always): not for padding rows before row 0."""
+        return None if self.shift is None else b.setp("ge", s32, wg_row, 0, name="wg_rows_stored")
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -183,6 +193,93 @@ def zigzag(ctx, task):
                   c=b.setp("ne", u32, b.and_("b32", rnd, 1), 0, name="odd_round"), name="reversed_round")
     mirror = b.sub(u32, b.add(u32, b.sub(u32, end, 1), b.mul(u32, rnd, workers, mode="lo")), task, name="mirrored")
     return b.selp(u32, mirror, task, flip, name="balanced_task")
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One warpgroup's share of a flat task: 64 query rows of one (batch, head). ``bh`` = batch·heads + head
+    tells a task's two runs apart; ``rows`` is S_q, or 0 for a warpgroup past the last slice (its Q loads
+    zero-fill; it stores no O and no LSE)."""
+    batch: Reg
+    head: Reg
+    bh: Reg
+    row: Reg
+    rows: Reg
+
+
+class FlatTask(Task):
+    """One warpgroup's :class:`Task` in a flat task: it stores its O only when its slice exists."""
+
+    def stored(self, b, wg_row):
+        return b.setp("ne", u32, self.rows, 0, name="wg_rows_stored")
+
+
+@dataclass(frozen=True)
+class Runs:
+    """A flat task's K/V: run 0 is the (batch, head) of its first slice, run 1 that of its last when it
+    differs; the blocks each run's rows see (run 1: 0 when there is none)."""
+    first: Slice
+    last: Slice
+    blocks: tuple
+
+    def late(self, b, s: Slice):
+        """Whether slice ``s`` is in run 1."""
+        return b.setp("ne", u32, s.bh, self.first.bh, name="late_run")
+
+
+class FlatPlan:
+    """Single GPU, drawn tasks: the sequence of (batch, head, 64-row slice), a head's slices in order, cut
+    into tasks of ``consumers`` slices. A task that ends one head and begins the next has two runs of K/V,
+    which the loader interleaves block by block; a warpgroup computes its run's blocks and passes over
+    the other's. So no warpgroup pads a partial query block (192-row blocks leave 2 of every 18
+    warpgroups idle at 1024 rows); only the last task may have warpgroups past the end. Two runs at
+    most: ceil(S_q / 64) >= consumers - 1 (the op's rule). Without a mask every task is equally long;
+    with one, a run of a head's first rows sits beside a run of the previous head's last rows."""
+    drawn = True
+
+    def tasks(self, ctx):
+        return ctx.p.tasks
+
+    def consumer_deadline(self, ctx):
+        return ctx.deadline
+
+    @staticmethod
+    def slice(ctx, cfg: Config, task, wg) -> Slice:
+        """Warpgroup ``wg``'s slice (``q_blocks`` slices a head, ``slices`` in all)."""
+        b = ctx.b
+        index = b.mad(u32, task, cfg.consumers, wg, mode="lo", name="slice")
+        bh = b.div(u32, index, ctx.p.q_blocks, name="slice_bh")
+        row = b.mul(u32, b.rem(u32, index, ctx.p.q_blocks, name="slice_in_head"), ROWS, mode="lo", name="slice_row")
+        rows = b.selp(u32, ctx.p.seq_q, 0, b.setp("lt", u32, index, ctx.p.slices, name="slice_exists"),
+                      name="slice_rows")
+        return Slice(b.div(u32, bh, ctx.p.heads, name="batch"), b.rem(u32, bh, ctx.p.heads, name="head"), bh, row,
+                     rows)
+
+    @staticmethod
+    def runs(ctx, cfg: Config, first: Slice, last: Slice) -> Runs:
+        """The runs of the task whose first and last slices these are."""
+        b = ctx.b
+        keys = Keys(ctx.p.seq_k, ctx.p.diag)
+        two = b.setp("ne", u32, last.bh, first.bh, name="two_runs")
+        last_end = b.min(u32, b.add(u32, last.row, ROWS), ctx.p.seq_q, name="rows_end")
+        first_end = b.selp(u32, ctx.p.seq_q, last_end, two, name="rows_end")
+        late_blocks = b.selp(u32, blocks_before(b, cfg, last_end, keys), 0, two, name="run1_blocks")
+        return Runs(first, last, (blocks_before(b, cfg, first_end, keys), late_blocks))
+
+    @staticmethod
+    def run_keys(ctx, s: Slice) -> Keys:
+        """The loader's keys of the run of slice ``s``."""
+        b = ctx.b
+        kv_head = b.div(u32, s.head, ctx.p.group, name="kv_head")
+        maps = {x: tensor_map_param(b, f"tmap_{x}") for x in "kv"}
+        return Keys(ctx.p.seq_k, ctx.p.diag, maps.__getitem__, lambda col, key: (col, kv_head, key, s.batch))
+
+    @staticmethod
+    def slice_task(ctx, s: Slice) -> FlatTask:
+        """The consumer's Task of its warpgroup's slice (for :func:`finish`)."""
+        b, seq_q = ctx.b, ctx.p.seq_q
+        return FlatTask(s.batch, s.head, None, s.rows, lambda col, row: (col, s.head, row, s.batch),
+                        lambda row: b.mad(u32, s.bh, seq_q, row, mode="lo", name="lse_index"))
 
 
 class Plan:
@@ -237,7 +334,11 @@ class Plan:
 def kv_blocks(ctx, cfg: Config, first_row, t: Task, keys: Keys):
     """K/V blocks of a run a query block needs (:func:`attention_parts.kv_end`, rounded up to blocks)."""
     b = ctx.b
-    end = b.min(u32, b.add(u32, first_row, cfg.rows), t.rows, name="rows_end")
+    return blocks_before(b, cfg, b.min(u32, b.add(u32, first_row, cfg.rows), t.rows, name="rows_end"), keys)
+
+
+def blocks_before(b, cfg: Config, end, keys: Keys):
+    """K/V blocks of a run that query rows before ``end`` (at most S_q) see."""
     last = b.max(s32, b.add(s32, end, keys.diag), 0, name="keys_end")
     last = b.min(s32, last, keys.seq_k, name="keys_end")
     return b.div(u32, b.add(u32, last, cfg.block_k - 1), cfg.block_k, name="kv_blocks")
@@ -259,56 +360,81 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         if cfg.pingpong:
             Turns.start(ctx.b, cfg.consumers, ctx.tid)
 
+    def load_q(ctx, q_pipe, coords, tmap_q, before_q=None):
+        """Q of the task's warpgroups (``coords(wg, column)``) into the next Q buffer once it is free."""
+        b = ctx.b
+        q_stage = q_pipe.acquire(b, deadline=ctx.deadline, name="wait_q_free").stage
+        if before_q:
+            before_q()
+        q_full = q_pipe.full_bar(b, q_stage)
+        q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
+        q_pipe.commit(b, cfg.q_bytes, bar=q_full)
+        for wg in range(cfg.consumers):
+            for db in range(d_boxes):
+                b.tensor_load(address(q_buffer, q_box_offset(wg, db, cfg.head_dim)), tmap_q, coords(wg, db * BOX_COLS),
+                              q_full)
+
+    def load_kv(ctx, kv_pipe, keys: Keys, j):
+        """K and V block ``j`` of a run into the next stage once it is free."""
+        b = ctx.b
+        if keys.before_load is not None:    # e.g. a peer's flag: probed while the stage is still read
+            keys.before_load(j)
+        stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
+        key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
+        for ring, x in enumerate("kv"):
+            full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
+            tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
+            for kk in range(k_boxes):
+                key = b.add(u32, key0, kk * BOX_ROWS, name="key")
+                for db in range(d_boxes):
+                    offset = k_box_offset(db, kk, cfg.block_k) if x == "k" else v_box_offset(db, kk, cfg.head_dim)
+                    b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key), full)
+        kv_pipe.advance(b)
+
     def loader(ctx, task):
-        """One lane: Q of the block once its buffer is free, then K and V block by block."""
+        """One lane: Q of the block once its buffer is free, then K and V block by block (flat: the
+        blocks of the task's two runs in turn)."""
         b = ctx.b
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
-            t = plan.task(ctx, task)
-            first_row = t.first_row(b, cfg)
-            tmap_q = t.q_map() if t.q_map else tensor_map_param(b, "tmap_q")
             q_pipe, kv_pipe = pipelines(ctx)
-            q_stage = q_pipe.acquire(b, deadline=ctx.deadline, name="wait_q_free").stage
-            if t.before_q:
-                t.before_q()
-            q_full = q_pipe.full_bar(b, q_stage)
-            q_buffer = b.mad(u32, q_stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
-            q_pipe.commit(b, cfg.q_bytes, bar=q_full)
-            for wg in range(cfg.consumers):
-                row = b.add(u32, first_row, wg * ROWS, name="q_row")
-                for db in range(d_boxes):
-                    b.tensor_load(address(q_buffer, q_box_offset(wg, db, cfg.head_dim)), tmap_q,
-                                  t.q_coords(db * BOX_COLS, row), q_full)
+            if cfg.flat:
+                slices = [plan.slice(ctx, cfg, task, wg) for wg in range(cfg.consumers)]
+                load_q(ctx, q_pipe, lambda wg, col: (col, slices[wg].head, slices[wg].row, slices[wg].batch),
+                       tensor_map_param(b, "tmap_q"))
+                runs = plan.runs(ctx, cfg, slices[0], slices[-1])
+                run_keys = [plan.run_keys(ctx, s) for s in (runs.first, runs.last)]
+                for j in b.range(0, b.max(u32, *runs.blocks, name="blocks"), name="kv"):
+                    for blocks, keys in zip(runs.blocks, run_keys):
+                        with b.if_then(b.setp("lt", u32, j, blocks, name="run_has_block")):
+                            load_kv(ctx, kv_pipe, keys, j)
+            else:
+                t = plan.task(ctx, task)
+                first_row = t.first_row(b, cfg)
+                load_q(ctx, q_pipe, lambda wg, col: t.q_coords(col, b.add(u32, first_row, wg * ROWS, name="q_row")),
+                       t.q_map() if t.q_map else tensor_map_param(b, "tmap_q"), t.before_q)
 
-            def run(keys: Keys):
-                for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
-                    if keys.before_load is not None:    # e.g. a peer's flag: probed while the stage is still read
-                        keys.before_load(j)
-                    stage = kv_pipe.acquire(b, deadline=ctx.deadline, name="wait_kv_free").stage
-                    key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-                    for ring, x in enumerate("kv"):
-                        full = kv_pipe.commit(b, cfg.kv_bytes, stage=stage, ring=ring)
-                        tile = b.mad(u32, stage, cfg.kv_bytes, ctx.smem[f"smem_{x}"], mode="lo", name=f"{x}_dst")
-                        for kk in range(k_boxes):
-                            key = b.add(u32, key0, kk * BOX_ROWS, name="key")
-                            for db in range(d_boxes):
-                                offset = (k_box_offset(db, kk, cfg.block_k) if x == "k"
-                                          else v_box_offset(db, kk, cfg.head_dim))
-                                b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key),
-                                              full)
-                    kv_pipe.advance(b)
+                def run(keys: Keys):
+                    for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
+                        load_kv(ctx, kv_pipe, keys, j)
 
-            plan.keys(ctx, t, run, loader=True)
+                plan.keys(ctx, t, run, loader=True)
             q_pipe.advance(b)
 
     def consumer(ctx, task):
         """Each warpgroup: its 64 rows against every K/V block of the task, then O (and LSE) out."""
         b = ctx.b
-        t = plan.task(ctx, task)
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         wg_tid = b.and_("b32", ctx.role_tid, 127, name="wg_tid")
         frag_row, frag_col = warp_quad(b, wg_tid)
-        first_row = t.first_row(b, cfg)
-        wg_row = b.mad(u32, wg, ROWS, first_row, mode="lo", name="wg_row")
+        if cfg.flat:
+            mine = plan.slice(ctx, cfg, task, wg)
+            runs = plan.runs(ctx, cfg, plan.slice(ctx, cfg, task, 0), plan.slice(ctx, cfg, task, cfg.consumers - 1))
+            late = runs.late(b, mine)
+            t, wg_row = plan.slice_task(ctx, mine), mine.row
+        else:
+            t = plan.task(ctx, task)
+            first_row = t.first_row(b, cfg)
+            wg_row = b.mad(u32, wg, ROWS, first_row, mode="lo", name="wg_row")
         rows = [b.add(u32, b.add(u32, wg_row, frag_row), 8 * h, name="row") for h in (0, 1)]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         yes, no = b.setp("eq", u32, 0, 0, name="yes"), b.setp("ne", u32, 0, 0, name="no")
@@ -386,9 +512,24 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 return online_softmax(b, s_acc, n=cfg.block_k, scale_log2=scale_log2, row_max=row_max,
                                       row_sum=row_sum, threshold=cfg.rescale_threshold)
 
-            blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+            def pass_over(pred=None):
+                """The other run's next block (flat): wait until it is full (the arrival then counts
+                in the stage's current phase), then release it."""
+                with b.if_then(pred, uniform=True) if pred is not None else nullcontext():
+                    slot = kv_pipe.at(b, kv_uses)
+                    for ring in (0, 1):
+                        kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=ring, name="wait_other_run")
+                    release(slot)
+
+            if cfg.flat:     # run 0's block j comes before run 1's
+                blocks = b.selp(u32, runs.blocks[1], runs.blocks[0], late, name="kv_blocks")
+                others = b.selp(u32, runs.blocks[0], runs.blocks[1], late, name="other_blocks")
+            else:
+                blocks = kv_blocks(ctx, cfg, first_row, t, keys)
             if not cfg.overlap:
                 for j in b.range(0, blocks, name="kv"):
+                    if cfg.flat:
+                        pass_over(b.setp("lt", u32, j, others, combine="and", c=late, name="other_first"))
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
                     k_tile = k_ready(kv_uses)
                     with in_turn():
@@ -401,6 +542,11 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         values(p_regs, v_tile)
                     b.wgmma_wait_group(0)
                     release(slot)
+                    if cfg.flat:
+                        pass_over(b.setp("lt", u32, j, others, combine="and", c=b.not_("pred", late, name="early_run"), name="other_next"))
+                if cfg.flat:
+                    for _ in b.range(blocks, others, name="kv_other"):
+                        pass_over()
                 return
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
@@ -430,7 +576,10 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 b.wgmma_wait_group(0)
                 release(slot)
 
-        plan.keys(ctx, t, run, loader=False)
+        if cfg.flat:
+            run(Keys(ctx.p.seq_k, ctx.p.diag))
+        else:
+            plan.keys(ctx, t, run, loader=False)
         if not cfg.o_in_q:
             q_pipe.release(b, q_slot, pred=lane0)
             finish(ctx, cfg, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t)
@@ -476,11 +625,9 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
         stage_accumulators(ctx, out, wg, staging, n=cfg.head_dim, out_type=cfg.dtype,
                            issue=lambda sub, col: store_async(b, tmap_o, o_coords(col, wg_row), sub, commit=False))
 
-    if t.shift is None:
+    stored = t.stored(b, wg_row)
+    with b.if_then(stored, uniform=True) if stored is not None else nullcontext():
         store()
-    else:
-        with b.if_then(b.setp("ge", s32, wg_row, 0, name="wg_rows_stored"), uniform=True):
-            store()
     if borrowed:
         b.bulk_wait_group(0, read=True, pred=b.setp("eq", u32, b.and_("b32", ctx.role_tid, 127), 0, name="storer"))
         b.bar_sync(b.add(u32, wg, 1, name="wg_barrier"), 128)
@@ -490,14 +637,15 @@ def build(cfg: Config = Config()):
     """With ``cfg.drawn``, tasks are drawn from ``task_counter`` (two u32 words, zero before the first
     launch on a stream; each launch leaves them so), so blocks that start late, behind other kernels,
     take no fixed share with them."""
+    plan = FlatPlan() if cfg.flat else Plan(drawn=cfg.drawn)
     if not cfg.drawn:
-        return template(cfg).build(**roles(cfg), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+        return template(cfg).build(**roles(cfg, plan), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
     def epilogue(ctx):
         ctx.b.bulk_wait_group(0)
         release_task_counter(ctx, ctx.b.load_param("task_counter"))
 
-    return template(cfg).build(**roles(cfg, Plan(drawn=True)), epilogue=epilogue,
+    return template(cfg).build(**roles(cfg, plan), epilogue=epilogue,
                                task_counter=lambda ctx: ctx.b.load_param("task_counter"))
 
 
@@ -522,7 +670,7 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     return out, lse
 
 
-def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
+def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = False) -> Config:
     """The configuration the op launches (``drawn=True``; measured on the H200, bench/RESULTS.md
     2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
     so the next task's Q loads while this one runs. At D=128 their registers come from the loader
@@ -538,12 +686,21 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False) -> Config:
     that issue no products (2026-12-06) measured slower or within noise."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
+    if flat:
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, stages=4, drawn=drawn, flat=True)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
 
 
-LAUNCHED = [(dtype, head_dim) for dtype in ("bf16", "f16") for head_dim in (128, 64)]
+def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
+    """Whether the op runs :class:`FlatPlan` tasks: without a mask (with one, a task's two runs differ in
+    length) at D=64, where 4 K/V stages fit (2 a run), when a task has at most two runs."""
+    return not causal and head_dim == 64 and -(-seq_q // ROWS) >= default_config("bf16", 64, flat=True).consumers - 1
+
+
+LAUNCHED = [default_config(dtype, head_dim, drawn=True, flat=flat) for dtype in ("bf16", "f16")
+            for head_dim in (128, 64) for flat in ((False, True) if head_dim == 64 else (False,))]
 
 
 def catalog():
-    for launched in LAUNCHED:
-        yield build(default_config(*launched, drawn=True))
+    for cfg in LAUNCHED:
+        yield build(cfg)
