@@ -43,7 +43,7 @@ if os.environ.get("PROBE_SET") == "stages":  # the op's D=64 kernel on 2, 3 and 
 if os.environ.get("PROBE_SET") == "flat":    # the op's kernels against flat tasks (no padding warpgroups)
     CANDIDATES = {64: [Config(head_dim=64, consumers=3, rebalance=True, drawn=True),
                        Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=4),
-                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=3)],
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True)],
                   128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True),
                         Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, flat=True)]}
     SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (32, 16, 1024, 128),

@@ -220,6 +220,7 @@ class Runs:
     differs; the blocks each run's rows see (run 1: 0 when there is none)."""
     first: Slice
     last: Slice
+    two: Reg
     blocks: tuple
 
     def late(self, b, s: Slice):
@@ -264,7 +265,7 @@ class FlatPlan:
         last_end = b.min(u32, b.add(u32, last.row, ROWS), ctx.p.seq_q, name="rows_end")
         first_end = b.selp(u32, ctx.p.seq_q, last_end, two, name="rows_end")
         late_blocks = b.selp(u32, blocks_before(b, cfg, last_end, keys), 0, two, name="run1_blocks")
-        return Runs(first, last, (blocks_before(b, cfg, first_end, keys), late_blocks))
+        return Runs(first, last, two, (blocks_before(b, cfg, first_end, keys), late_blocks))
 
     @staticmethod
     def run_keys(ctx, s: Slice) -> Keys:
@@ -403,10 +404,15 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                        tensor_map_param(b, "tmap_q"))
                 runs = plan.runs(ctx, cfg, slices[0], slices[-1])
                 run_keys = [plan.run_keys(ctx, s) for s in (runs.first, runs.last)]
-                for j in b.range(0, b.max(u32, *runs.blocks, name="blocks"), name="kv"):
-                    for blocks, keys in zip(runs.blocks, run_keys):
-                        with b.if_then(b.setp("lt", u32, j, blocks, name="run_has_block")):
-                            load_kv(ctx, kv_pipe, keys, j)
+                with b.if_else(runs.two) as (two, one):
+                    with two:
+                        for j in b.range(0, b.max(u32, *runs.blocks, name="blocks"), name="kv"):
+                            for blocks, keys in zip(runs.blocks, run_keys):
+                                with b.if_then(b.setp("lt", u32, j, blocks, name="run_has_block")):
+                                    load_kv(ctx, kv_pipe, keys, j)
+                    with one:
+                        for j in b.range(0, runs.blocks[0], name="kv"):
+                            load_kv(ctx, kv_pipe, run_keys[0], j)
             else:
                 t = plan.task(ctx, task)
                 first_row = t.first_row(b, cfg)
@@ -521,15 +527,12 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=ring, name="wait_other_run")
                     release(slot)
 
-            if cfg.flat:     # run 0's block j comes before run 1's
-                blocks = b.selp(u32, runs.blocks[1], runs.blocks[0], late, name="kv_blocks")
-                others = b.selp(u32, runs.blocks[0], runs.blocks[1], late, name="other_blocks")
-            else:
-                blocks = kv_blocks(ctx, cfg, first_row, t, keys)
-            if not cfg.overlap:
+            def plain(blocks, before=None, after=None):
+                """Blocks [0, blocks) one after the other; ``before(j)`` and ``after(j)`` emit what comes
+                around block j (flat, two runs: passing over the other run's)."""
                 for j in b.range(0, blocks, name="kv"):
-                    if cfg.flat:
-                        pass_over(b.setp("lt", u32, j, others, combine="and", c=late, name="other_first"))
+                    if before is not None:
+                        before(j)
                     s_acc = b.regs(f32, cfg.block_k // 2, name="s")
                     k_tile = k_ready(kv_uses)
                     with in_turn():
@@ -542,11 +545,27 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         values(p_regs, v_tile)
                     b.wgmma_wait_group(0)
                     release(slot)
-                    if cfg.flat:
-                        pass_over(b.setp("lt", u32, j, others, combine="and", c=b.not_("pred", late, name="early_run"), name="other_next"))
-                if cfg.flat:
-                    for _ in b.range(blocks, others, name="kv_other"):
-                        pass_over()
+                    if after is not None:
+                        after(j)
+
+            if cfg.flat:      # the one-run tasks (most) in a loop with no passing in it
+                with b.if_else(runs.two, uniform=True) as (two, one):
+                    with two:     # run 0's block j comes before run 1's
+                        blocks = b.selp(u32, runs.blocks[1], runs.blocks[0], late, name="kv_blocks")
+                        others = b.selp(u32, runs.blocks[0], runs.blocks[1], late, name="other_blocks")
+                        early = b.not_("pred", late, name="early_run")
+                        plain(blocks, lambda j: pass_over(b.setp("lt", u32, j, others, combine="and", c=late,
+                                                                 name="other_first")),
+                              lambda j: pass_over(b.setp("lt", u32, j, others, combine="and", c=early,
+                                                         name="other_next")))
+                        for _ in b.range(blocks, others, name="kv_other"):
+                            pass_over()
+                    with one:
+                        plain(runs.blocks[0])
+                return
+            blocks = kv_blocks(ctx, cfg, first_row, t, keys)
+            if not cfg.overlap:
+                plain(blocks)
                 return
             with b.if_then(b.setp("gt", u32, blocks, 0, name="any_keys")):
                 p_regs = [Vec(tuple(b.regs(b32, 4, name="p"))) for _ in range(cfg.block_k // K_STEP)]
