@@ -198,13 +198,47 @@ def zigzag(ctx, task):
 @dataclass(frozen=True)
 class Slice:
     """One warpgroup's share of a flat task: 64 query rows of one (batch, head). ``bh`` = batch·heads + head
-    tells a task's two runs apart; ``rows`` is S_q, or 0 for a warpgroup past the last slice (its Q loads
-    zero-fill; it stores no O and no LSE)."""
+    tells a task's two runs apart; ``pos`` is the slice's place in its head (its first row / 64); ``rows``
+    is S_q, or 0 for a warpgroup past the last slice (its Q loads zero-fill; it stores no O and no LSE)."""
+    index: Reg
     batch: Reg
     head: Reg
     bh: Reg
-    row: Reg
+    pos: Reg
     rows: Reg
+
+    def row(self, b):
+        return b.mul(u32, self.pos, ROWS, mode="lo", name="slice_row")
+
+    @staticmethod
+    def of(ctx, index) -> "Slice":
+        """The slice at ``index`` of the whole sequence (``q_blocks`` a head, ``slices`` in all): two divisions."""
+        b = ctx.b
+        bh = b.div(u32, index, ctx.p.q_blocks, name="slice_bh")
+        batch = b.div(u32, bh, ctx.p.heads, name="batch")
+        return Slice(index, batch, b.sub(u32, bh, b.mul(u32, batch, ctx.p.heads, mode="lo"), name="head"), bh,
+                     b.sub(u32, index, b.mul(u32, bh, ctx.p.q_blocks, mode="lo"), name="slice_pos"),
+                     Slice.exists(ctx, index))
+
+    @staticmethod
+    def exists(ctx, index):
+        b = ctx.b
+        return b.selp(u32, ctx.p.seq_q, 0, b.setp("lt", u32, index, ctx.p.slices, name="slice_exists"),
+                      name="slice_rows")
+
+    def after(self, ctx, k) -> "Slice":
+        """The slice ``k`` (at most ``q_blocks``) after this one: no division, one head boundary at most."""
+        b, p = ctx.b, ctx.p
+        pos = b.add(u32, self.pos, k, name="slice_pos")
+        wrap = b.setp("ge", u32, pos, p.q_blocks, name="next_head")
+        pos = b.selp(u32, b.sub(u32, pos, p.q_blocks), pos, wrap, name="slice_pos")
+        step = b.selp(u32, 1, 0, wrap, name="head_step")
+        head = b.add(u32, self.head, step, name="head")
+        wrap = b.setp("eq", u32, head, p.heads, name="next_batch")
+        index = b.add(u32, self.index, k, name="slice")
+        return Slice(index, b.add(u32, self.batch, b.selp(u32, 1, 0, wrap), name="batch"),
+                     b.selp(u32, 0, head, wrap, name="head"), b.add(u32, self.bh, step, name="slice_bh"), pos,
+                     Slice.exists(ctx, index))
 
 
 class FlatTask(Task):
@@ -245,16 +279,13 @@ class FlatPlan:
         return ctx.deadline
 
     @staticmethod
-    def slice(ctx, cfg: Config, task, wg) -> Slice:
-        """Warpgroup ``wg``'s slice (``q_blocks`` slices a head, ``slices`` in all)."""
-        b = ctx.b
-        index = b.mad(u32, task, cfg.consumers, wg, mode="lo", name="slice")
-        bh = b.div(u32, index, ctx.p.q_blocks, name="slice_bh")
-        row = b.mul(u32, b.rem(u32, index, ctx.p.q_blocks, name="slice_in_head"), ROWS, mode="lo", name="slice_row")
-        rows = b.selp(u32, ctx.p.seq_q, 0, b.setp("lt", u32, index, ctx.p.slices, name="slice_exists"),
-                      name="slice_rows")
-        return Slice(b.div(u32, bh, ctx.p.heads, name="batch"), b.rem(u32, bh, ctx.p.heads, name="head"), bh, row,
-                     rows)
+    def slices(ctx, cfg: Config, task, wg=None) -> tuple:
+        """The task's first and last slices, and warpgroup ``wg``'s (a register; None: every warpgroup's)."""
+        first = Slice.of(ctx, ctx.b.mul(u32, task, cfg.consumers, mode="lo", name="slice"))
+        if wg is None:
+            every = [first] + [first.after(ctx, k) for k in range(1, cfg.consumers)]
+            return first, every[-1], every
+        return first, first.after(ctx, cfg.consumers - 1), first.after(ctx, wg)
 
     @staticmethod
     def runs(ctx, cfg: Config, first: Slice, last: Slice) -> Runs:
@@ -262,7 +293,7 @@ class FlatPlan:
         b = ctx.b
         keys = Keys(ctx.p.seq_k, ctx.p.diag)
         two = b.setp("ne", u32, last.bh, first.bh, name="two_runs")
-        last_end = b.min(u32, b.add(u32, last.row, ROWS), ctx.p.seq_q, name="rows_end")
+        last_end = b.min(u32, b.add(u32, last.row(b), ROWS), ctx.p.seq_q, name="rows_end")
         first_end = b.selp(u32, ctx.p.seq_q, last_end, two, name="rows_end")
         late_blocks = b.selp(u32, blocks_before(b, cfg, last_end, keys), 0, two, name="run1_blocks")
         return Runs(first, last, two, (blocks_before(b, cfg, first_end, keys), late_blocks))
@@ -399,10 +430,11 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
             q_pipe, kv_pipe = pipelines(ctx)
             if cfg.flat:
-                slices = [plan.slice(ctx, cfg, task, wg) for wg in range(cfg.consumers)]
-                load_q(ctx, q_pipe, lambda wg, col: (col, slices[wg].head, slices[wg].row, slices[wg].batch),
+                first, last, slices = plan.slices(ctx, cfg, task)
+                rows = [s.row(b) for s in slices]
+                load_q(ctx, q_pipe, lambda wg, col: (col, slices[wg].head, rows[wg], slices[wg].batch),
                        tensor_map_param(b, "tmap_q"))
-                runs = plan.runs(ctx, cfg, slices[0], slices[-1])
+                runs = plan.runs(ctx, cfg, first, last)
                 run_keys = [plan.run_keys(ctx, s) for s in (runs.first, runs.last)]
                 with b.if_else(runs.two) as (two, one):
                     with two:
@@ -433,10 +465,10 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         wg_tid = b.and_("b32", ctx.role_tid, 127, name="wg_tid")
         frag_row, frag_col = warp_quad(b, wg_tid)
         if cfg.flat:
-            mine = plan.slice(ctx, cfg, task, wg)
-            runs = plan.runs(ctx, cfg, plan.slice(ctx, cfg, task, 0), plan.slice(ctx, cfg, task, cfg.consumers - 1))
+            first, last, mine = plan.slices(ctx, cfg, task, wg)
+            runs = plan.runs(ctx, cfg, first, last)
             late = runs.late(b, mine)
-            t, wg_row = plan.slice_task(ctx, mine), mine.row
+            t, wg_row = plan.slice_task(ctx, mine), mine.row(b)
         else:
             t = plan.task(ctx, task)
             first_row = t.first_row(b, cfg)
@@ -712,8 +744,12 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = 
 
 def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
     """Whether the op runs :class:`FlatPlan` tasks: without a mask (with one, a task's two runs differ in
-    length) at D=64, where 4 K/V stages fit (2 a run), when a task has at most two runs."""
-    return not causal and head_dim == 64 and -(-seq_q // ROWS) >= default_config("bf16", 64, flat=True).consumers - 1
+    length), at D=64 (4 K/V stages fit, 2 a run), where a task has at most two runs, and where query
+    blocks would leave at least a tenth of the warpgroups padding (flat tasks: +3-4 % at 1k keys, 2 of 18
+    warpgroups padding; 2-3 % slower at 2-4k, 1 of 33-66; H100, bench/RESULTS.md 2026-12-06)."""
+    consumers = default_config("bf16", 64, flat=True).consumers
+    slices = -(-seq_q // ROWS)
+    return not causal and head_dim == 64 and slices >= consumers - 1 and 10 * (-slices % consumers) >= slices
 
 
 LAUNCHED = [default_config(dtype, head_dim, drawn=True, flat=flat) for dtype in ("bf16", "f16")
