@@ -16,9 +16,9 @@ it takes the tasks query block by query block (every block a mix of long and sho
 of K/V read from HBM once per query block: 8-30 % slower at 1-16k keys on the H100).
 Query blocks end at the last row: a partial block is the first one, whose padding rows (whole
 warpgroups, before row 0) cost least. Flat tasks (``Config.flat``, :class:`FlatPlan`) have no padding: a
-task is the next ``consumers`` 64-row slices of the (batch, head, slice) sequence, and one that ends a head and begins the
-next streams both heads' K/V, interleaved. The compute side of the LCSC template; attention_parts holds the
-layout and the softmax.
+task is the next ``consumers`` 64-row slices of the (batch, head, slice) sequence, and one that ends a
+head and begins the next streams both heads' K/V, interleaved. The compute side of the LCSC template;
+attention_parts holds the layout and the softmax.
 
 Layout (B, S, H, D), contiguous, bf16 or f16, D 64 or 128. K/V heads divide Q heads (GQA: Q head h
 reads K/V head h // group). Any sequence lengths: the tensor maps are 4-D (D, H, S, B), so TMA
@@ -263,14 +263,14 @@ class Runs:
 
 
 class FlatPlan:
-    """Single GPU, drawn tasks: the sequence of (batch, head, 64-row slice), a head's slices in order, cut
-    into tasks of ``consumers`` slices. A task that ends one head and begins the next has two runs of K/V,
-    which the loader interleaves block by block; a warpgroup computes its run's blocks and passes over
-    the other's. So no warpgroup pads a partial query block (192-row blocks leave 2 of every 18
-    warpgroups idle at 1024 rows); only the last task may have warpgroups past the end. Two runs at
-    most: ceil(S_q / 64) >= consumers - 1 (the op's rule). Without a mask every task is equally long;
-    with one, a run of a head's first rows sits beside a run of the previous head's last rows."""
-    drawn = True
+    """Single GPU: the sequence of (batch, head, 64-row slice), a head's slices in order, cut into tasks
+    of ``consumers`` slices, in this order (drawn or by a fixed stride alike). A task that ends one head
+    and begins the next has two runs of K/V, which the loader interleaves block by block; a warpgroup
+    computes its run's blocks and passes over the other's. So no warpgroup pads a partial query block
+    (192-row blocks leave 2 of every 18 warpgroups idle at 1024 rows); only the last task may have
+    warpgroups past the end. Two runs at most: ceil(S_q / 64) >= consumers - 1 (the op's rule). Without a
+    mask every task is equally long; with one, a run of a head's first rows sits beside a run of the
+    previous head's last rows."""
 
     def tasks(self, ctx):
         return ctx.p.tasks
@@ -734,7 +734,9 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = 
     leaves 8 bytes of local memory (H100, 2026-12-05). The warpgroups' turns (``pingpong``), the
     ``overlap`` loop (also with turns, and at D=64 causal on 3 K/V stages), a third K/V stage, the
     rescale threshold, skipping the K/V blocks a warpgroup's rows do not see and padding warpgroups
-    that issue no products (2026-12-06) measured slower or within noise."""
+    that issue no products (2026-12-06) measured slower or within noise. ``flat`` (D=64; the op asks
+    where :func:`flat_tasks` says): the same warpgroups on :class:`FlatPlan` tasks and 4 K/V stages, 2 a
+    run (a fourth stage alone costs nothing, a third 6-10 %; H100, 2026-12-06)."""
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
     if flat:
@@ -745,8 +747,8 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = 
 def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
     """Whether the op runs :class:`FlatPlan` tasks: without a mask (with one, a task's two runs differ in
     length), at D=64 (4 K/V stages fit, 2 a run), where a task has at most two runs, and where query
-    blocks would leave at least a tenth of the warpgroups padding (flat tasks: +3-4 % at 1k keys, 2 of 18
-    warpgroups padding; 2-3 % slower at 2-4k, 1 of 33-66; H100, bench/RESULTS.md 2026-12-06)."""
+    blocks would leave at least a tenth of the warpgroups padding (flat tasks: +2.4-3.9 % at 1k keys, 2 of
+    18 warpgroups padding; 2-6 % slower at 2-16k, 1 of 33-258; H100, bench/RESULTS.md 2026-12-06)."""
     consumers = default_config("bf16", 64, flat=True).consumers
     slices = -(-seq_q // ROWS)
     return not causal and head_dim == 64 and slices >= consumers - 1 and 10 * (-slices % consumers) >= slices
