@@ -1,6 +1,7 @@
 # Attention tuning call: candidate configs against cuDNN (probe/attention_configs.py), then Nsight Compute's
 # per-instruction stall samples (SASS) and headline metrics (pipes, stalls, issue) of pkptx's kernel at
-# PROBE_SHAPE, without and with the causal mask (NCU_CAUSAL="0 1"). Every file lands in $OUT (at most 8 come back).
+# PROBE_SHAPE, without and with the causal mask (NCU_CAUSAL="0 1"); NCU=1 turns the profile on, NO_CONFIGS=1
+# skips the configs. Every file lands in $OUT (at most 8 come back).
 export PKPTX_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
 [ -n "$NO_CONFIGS" ] || PROBE_SHAPES=${PROBE_SHAPES:-4x16x8192x128,1x32x16384x128,8x16x4096x128} \

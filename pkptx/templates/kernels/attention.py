@@ -195,6 +195,18 @@ def zigzag(ctx, task):
     return b.selp(u32, mirror, task, flip, name="balanced_task")
 
 
+class LocalTasks:
+    """What the single-GPU plans share: the launch's ``tasks`` parameter counts the tasks, and the
+    consumers wait for the loader within the launch's deadline."""
+
+    def tasks(self, ctx):
+        return ctx.p.tasks
+
+    def consumer_deadline(self, ctx):
+        """The budget of the consumers' waits for the loader."""
+        return ctx.deadline
+
+
 @dataclass(frozen=True)
 class Slice:
     """One warpgroup's share of a flat task: 64 query rows of one (batch, head). ``bh`` = batch·heads + head
@@ -262,7 +274,7 @@ class Runs:
         return b.setp("ne", u32, s.bh, self.first.bh, name="late_run")
 
 
-class FlatPlan:
+class FlatPlan(LocalTasks):
     """Single GPU: the sequence of (batch, head, 64-row slice), a head's slices in order, cut into tasks
     of ``consumers`` slices, in this order (drawn or by a fixed stride alike). A task that ends one head
     and begins the next has two runs of K/V, which the loader interleaves block by block; a warpgroup
@@ -271,12 +283,6 @@ class FlatPlan:
     warpgroups past the end. Two runs at most: ceil(S_q / 64) >= consumers - 1 (the op's rule). Without a
     mask every task is equally long; with one, a run of a head's first rows sits beside a run of the
     previous head's last rows."""
-
-    def tasks(self, ctx):
-        return ctx.p.tasks
-
-    def consumer_deadline(self, ctx):
-        return ctx.deadline
 
     @staticmethod
     def slices(ctx, cfg: Config, task, wg=None) -> tuple:
@@ -314,19 +320,12 @@ class FlatPlan:
                         lambda row: b.mad(u32, s.bh, seq_q, row, mode="lo", name="lse_index"))
 
 
-class Plan:
+class Plan(LocalTasks):
     """Single-GPU attention: tasks (batch, head, query block) in the order of the module docstring; one
     run of keys, the whole K/V of the (batch, head)."""
 
     def __init__(self, drawn: bool = False):
         self.drawn = drawn      # tasks drawn from a counter: no zigzag rounds (the drawing balances)
-
-    def tasks(self, ctx):
-        return ctx.p.tasks
-
-    def consumer_deadline(self, ctx):
-        """The budget of the consumers' waits for the loader."""
-        return ctx.deadline
 
     def task(self, ctx, task) -> Task:
         """The last query block first: with ``by_query_block`` the tasks of one query block (over every
