@@ -26,6 +26,10 @@ stages are smaller, so more fit (up to NARROW_MAX_STAGES), and only 64-row tiles
 (H100, bench/RESULTS.md 2026-12-06: 64 x 16 unsplit beat 128 x 16 in two K slices, 47.8 vs 50.8 us at
 16x8192x8192, and K slices beyond one wave of units lost 3-50 %).
 
+A forced schedule may run a k-block's wgmma over 2 or 4 accumulators (``k_split``: a chain of short
+m64nNk16 products then does not wait on each one's latency); the model plans one until the
+probe/gemm_small_probe.py figures say where more pay.
+
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
 (bench/RESULTS.md); ``probe/gemm_sweep_probe.py`` measures every candidate to refit them.
@@ -79,13 +83,14 @@ class GemmConfig:
     epilogue: str = "tma"        # or "direct": C stored from registers (kernel.Config.epilogue)
     pingpong: bool = False       # whole tiles taken in turn by two warpgroups (kernel.Config.pingpong)
     swap: bool = False           # compute Cᵀ = B·Aᵀ: tile_m spans N, tile_n spans M (direct epilogue, B N x K)
+    k_split: int = 1             # accumulators a k-block's wgmma alternate over (kernel.Config.k_split)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
                              split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong,
-                             transpose_c=self.swap)
+                             transpose_c=self.swap, k_split=self.k_split)
 
     def kernel_problem(self, m: int, n: int) -> tuple[int, int]:
         """(rows, columns) of the product the kernel computes: C's, or Cᵀ's when swapped."""
@@ -95,7 +100,8 @@ class GemmConfig:
     def label(self) -> str:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
-                + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else ""))
+                + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else "")
+                + (f"/ks{self.k_split}" if self.k_split > 1 else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:

@@ -61,8 +61,11 @@ def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_l
 def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:
     """One k-block for several 64-row accumulators of one warpgroup (``chains``: (acc, A rows) pairs that
     share the B tile), their wgmma interleaved step by step so the tensor cores always hold an
-    independent product, in one commit group."""
-    a_descs = [(acc, smem_desc(b, a_tile, name="a_desc")) for acc, a_tile in chains]
+    independent product, in one commit group. A chain's ``acc`` may be a tuple of accumulators (a
+    k-split chain): its 16-deep steps go to them in turn, so that consecutive wgmma of a narrow tile do
+    not wait for one another; ``first`` zeroes each; the caller sums them once the K loop is done."""
+    a_descs = [(acc if isinstance(acc, tuple) else (acc,), smem_desc(b, a_tile, name="a_desc"))
+               for acc, a_tile in chains]
     if b_layout == "nk":
         b_desc, b_step, trans_b = smem_desc(b, b_tile, name="b_desc"), 2 * K_STEP, 0
     else:
@@ -73,12 +76,12 @@ def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layo
     b.wgmma_fence()
     for step in range(TILE_K // K_STEP):
         b_at = None
-        for acc, a_desc in a_descs:
+        for accs, a_desc in a_descs:
             a_at = advance(b, a_desc, 2 * K_STEP * step)
             if b_at is None:
                 b_at = advance(b, b_desc, b_step * step)
-            b.wgmma(acc, a_at, b_at, n=n, dtype=f32, atype=dtype, scale_d=keep if step == 0 else always,
-                    trans_b=trans_b)
+            b.wgmma(accs[step % len(accs)], a_at, b_at, n=n, dtype=f32, atype=dtype,
+                    scale_d=keep if step < len(accs) else always, trans_b=trans_b)
     b.wgmma_commit_group()
 
 

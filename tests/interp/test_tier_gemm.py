@@ -49,6 +49,24 @@ def test_gemm_128x256x64(layout, out_dtype):
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
 
 
+@pytest.mark.parametrize("m, n, k, tile_m, tile_n, k_split", [(128, 128, 192, 64, 64, 2), (192, 64, 128, 128, 64, 4),
+                                                           (64, 128, 64, 64, 128, 2)])
+def test_gemm_k_split(m, n, k, tile_m, tile_n, k_split):
+    """k-split accumulators: a k-block's four wgmma steps alternate over 2 or 4 accumulators, summed
+    after the K loop (more k-blocks than stages; a single k-block; two warpgroups; C NaN-poisoned)."""
+    cfg = gemm.Config(tile_m=tile_m, tile_n=tile_n, stages=2, k_split=k_split)
+    ranks = Ranks(1, seed=8)
+    (a,), (b,) = _operands(17, 1, m, n, k, "nk")
+    mach = ranks.world.machine
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 2, name="c")
+    c_dev.write(np.full(m * n, 0x7FC0, np.uint16))
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=1, smem=cfg.smem_bytes, num_comm_sms=0,
+                 tmap_c=ranks.tensor_map(c_dev.base, DTYPES["bf16"], (m, n), cfg.c_box), **values)
+    ranks.run()
+    assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
+
+
 @pytest.mark.parametrize("m, k, stages, epilogue, tile_m", [
     (256, 128, 2, "tma", 64), (192, 192, 2, "tma", 64), (320, 64, 3, "direct", 64),
     (384, 128, 2, "tma", 128), (320, 192, 3, "direct", 128), (256, 128, 2, "tma", (128, 192))])
@@ -72,15 +90,15 @@ def test_gemm_pingpong(m, k, stages, epilogue, tile_m):
     assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
 
 
-@pytest.mark.parametrize("m, n, tile_n, splits, out_dtype", [(20, 136, 32, 1, "bf16"), (16, 64, 16, 2, "f32"),
-                                                             (40, 72, 48, 3, "bf16")])
-def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype):
+@pytest.mark.parametrize("m, n, tile_n, splits, out_dtype, k_split", [
+    (20, 136, 32, 1, "bf16", 1), (16, 64, 16, 2, "f32", 4), (40, 72, 48, 3, "bf16", 2)])
+def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype, k_split):
     """The swapped schedule (pkptx.ops.gemm_plan): the kernel computes Cᵀ = B·Aᵀ with B's N rows down
     the 64-row side and M as a narrow tile, and stores each tile transposed into C (NaN-poisoned
-    first); M and N cut tiles short; split-K sums the slices' partials."""
+    first); M and N cut tiles short; split-K sums the slices' partials; k-split accumulators."""
     k = 64 * (splits + 1)
     cfg = gemm.Config(tile_m=64, tile_n=tile_n, stages=2, out_dtype=out_dtype, epilogue="direct",
-                      transpose_c=True, split_k=splits > 1)
+                      transpose_c=True, split_k=splits > 1, k_split=k_split)
     ranks = Ranks(1, seed=6)
     (a,), (b,) = _operands(13, 1, m, n, k, "nk")
     mach = ranks.world.machine

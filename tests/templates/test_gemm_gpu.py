@@ -74,6 +74,8 @@ def test_gemm_matches_float64(gpu, problem, seed, data):
     ((128, 4096, 8192, "nk", "bf16", "bf16"), None),
     ((16, 2048, 16384, "nk", "bf16", "f32"), GemmConfig(128, 16, 12, 8, epilogue="direct", swap=True)),
     ((37, 1000, 4000, "nk", "f16", "bf16"), GemmConfig(64, 48, 8, 3, epilogue="direct", swap=True)),
+    ((100, 3000, 8192, "nk", "bf16", "f32"), GemmConfig(64, 64, 8, 4, k_split=2)),
+    ((16, 2048, 16384, "nk", "bf16", "bf16"), GemmConfig(64, 16, 12, 2, epilogue="direct", swap=True, k_split=4)),
 ])
 def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     """Deterministic: the same bits on a second run, whichever slice arrives last each time; and the
@@ -93,10 +95,14 @@ def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     ((3000, 504, 2000, "nk", "bf16", "f16"), GemmConfig(64, 256, 4, pingpong=True)),
     ((1, 4104, 1024, "nk", "bf16", "bf16"), GemmConfig(128, 16, 12, epilogue="direct", swap=True)),
     ((45, 777 * 8, 2048, "nk", "f16", "f32"), GemmConfig(64, 48, 10, epilogue="direct", swap=True)),
+    ((1000, 1000, 4000, "kn", "bf16", "bf16"), GemmConfig(64, 128, 8, k_split=2)),
+    ((777, 1288, 4096, "nk", "f16", "f32"), GemmConfig(128, 64, 8, k_split=4)),
+    ((9, 777 * 8, 2048, "nk", "bf16", "bf16"), GemmConfig(64, 16, 12, epilogue="direct", swap=True, k_split=2)),
 ])
 def test_pingpong_and_swapped_match_float64(gpu, problem, config):
-    """Ping-pong schedules (two warpgroups taking whole tiles in turn) and swapped ones (Cᵀ = B·Aᵀ for
-    a few rows, stored transposed) on tails in M and N, both B layouts, every output type."""
+    """Ping-pong schedules (two warpgroups taking whole tiles in turn), swapped ones (Cᵀ = B·Aᵀ for a
+    few rows, stored transposed) and k-split accumulators on tails in M and N, both B layouts, every
+    output type."""
     a, b, got = _run(problem, 2, config)
     got = got.astype(np.float64)
     assert not np.isnan(got).any(), "unwritten (poisoned) outputs remain"

@@ -51,6 +51,8 @@ class Config:
                                  # tile: two 64-row accumulator chains in one warpgroup)
     transpose_c: bool = False    # the direct epilogue stores the tile transposed: the kernel computes Cᵀ =
                                  # B·Aᵀ of a problem with a small M (pkptx.ops.gemm_plan's swap), M as N
+    k_split: int = 1             # accumulators a chain's 16-deep k-steps alternate over (1, 2 or 4): a narrow
+                                 # tile's wgmma then do not each wait for the one before; summed after the K loop
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -66,11 +68,13 @@ class Config:
         if self.transpose_c and self.epilogue != "direct":
             raise PTXBuildError(f"gemm Config: transpose_c stores from registers: it needs epilogue 'direct', "
                                 f"got {self}")
+        if self.k_split not in (1, 2, 4):
+            raise PTXBuildError(f"gemm Config.k_split must be 1, 2 or 4, got {self.k_split}")
         if self.pingpong and self.split_k:
             raise PTXBuildError(f"gemm Config: pingpong takes no split-K, got {self}")
         if self.acc_regs > 192:
             raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192 (a ping-pong "
-                                f"warpgroup holds the whole tile), got {self}")
+                                f"warpgroup holds the whole tile, k_split multiplies them), got {self}")
         if self.epilogue not in ("tma", "direct"):
             raise PTXBuildError(f"gemm Config.epilogue must be 'tma' or 'direct', got {self.epilogue!r}")
         if self.smem_bytes > SMEM_LIMIT:
@@ -95,7 +99,7 @@ class Config:
 
     @property
     def acc_regs(self) -> int:
-        return self.chains * self.tile_n // 2
+        return self.chains * self.tile_n // 2 * self.k_split
 
     @property
     def rebalance(self) -> bool:
@@ -233,6 +237,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         Returns the accumulators, one 64-row chain each."""
         b = ctx.b
         accs = [b.regs(f32, cfg.tile_n // 2, name=f"acc{c}" if c else "acc") for c in range(cfg.chains)]
+        parts = [(acc, *(b.regs(f32, cfg.tile_n // 2, name=f"acc_k{s}") for s in range(1, cfg.k_split)))
+                 for acc in accs]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         pipe = loop.pipe
         a_rows = ctx.smem["smem_a"] if cfg.pingpong else b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo")
@@ -240,8 +246,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
             a_tile = b.mad(u32, stage, cfg.a_bytes, a_rows, mode="lo", name="a_tile")
             b_tile = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_tile")
-            mma_k_block_chains(b, [(acc, b.add(u32, a_tile, c * 64 * 128, name="a_chain") if c else a_tile)
-                                   for c, acc in enumerate(accs)], b_tile, n=cfg.tile_n, dtype=cfg.dtype,
+            mma_k_block_chains(b, [(chain, b.add(u32, a_tile, c * 64 * 128, name="a_chain") if c else a_tile)
+                                   for c, chain in enumerate(parts)], b_tile, n=cfg.tile_n, dtype=cfg.dtype,
                                b_layout=cfg.b_layout, first=b.setp("eq", u32, kb, kb_first, name="first_k"))
             with b.if_then(b.setp("ne", u32, kb, kb_first, name="not_first"), uniform=True):
                 b.wgmma_wait_group(1)          # the previous k-block's wgmma are done with their stage
@@ -251,6 +257,10 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             issued()
         b.wgmma_wait_group(0)
         pipe.release(b, pipe.behind(b), pred=lane0)
+        for acc, *rest in parts:
+            for part in rest:
+                for total, value in zip(acc, part):
+                    b.add(f32, total, value, into=total)
         return accs
 
     def staging_of(ctx, wg):
@@ -353,7 +363,8 @@ def build(cfg: Config = Config()):
     direct = cfg.epilogue == "direct"
     t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
                       f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}"
-                      f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}",
+                      f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}"
+                      f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}",
                  params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
     if direct:
         return t.build(**roles(cfg, store=store_direct(cfg)))
@@ -375,4 +386,6 @@ def catalog():
     yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
     yield build(Config(epilogue="direct"))
     yield build(Config(tile_n=16, stages=8, split_k=True, epilogue="direct", transpose_c=True))
+    yield build(Config(tile_m=64, tile_n=16, stages=12, epilogue="direct", transpose_c=True, k_split=4))
+    yield build(Config(tile_m=64, tile_n=128, stages=8, k_split=2))
     yield build(Config(tile_n=192, stages=4, pingpong=True))
