@@ -50,9 +50,22 @@ if os.environ.get("PROBE_SET") == "flat":    # the op's kernels against flat tas
               (4, 16, 8192, 128)]
 if os.environ.get("PROBE_SET") == "overlap64":   # D=64: FlashAttention-3's overlap, 64- and 128-key stages
     CANDIDATES = {64: [Config(head_dim=64, consumers=3, rebalance=True, drawn=True),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=4),
                        Config(head_dim=64, consumers=3, block_k=64, stages=4, overlap=True, rebalance=True, drawn=True),
                        Config(head_dim=64, consumers=3, overlap=True, rebalance=True, drawn=True)]}
-    SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (2, 16, 16384, 64)]
+    SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64)]
+if os.environ.get("PROBE_SET") == "inflight":   # P·V left in flight until the next Q·Kᵀ is waited for
+    CANDIDATES = {64: [Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=4),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, flat=True, stages=4,
+                              pv_in_flight=True),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, pv_in_flight=True),
+                       Config(head_dim=64, consumers=3, rebalance=True, drawn=True, pv_in_flight=True, stages=4),
+                       Config(head_dim=64, consumers=3, block_k=64, stages=4, overlap=True, rebalance=True,
+                              drawn=True)],
+                  128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True),
+                        Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, pv_in_flight=True)]}
+    SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (32, 16, 1024, 128), (4, 16, 8192, 128)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

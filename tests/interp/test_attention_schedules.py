@@ -27,7 +27,9 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            default_config("bf16", 64, drawn=True), default_config("bf16", 128, drawn=True),
            default_config("bf16", 64, drawn=True, flat=True),
            Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, flat=True),
-           Config(head_dim=64, consumers=2, stages=3, flat=True)]
+           Config(head_dim=64, consumers=2, stages=3, flat=True),
+           Config(head_dim=64, consumers=3, rebalance=True, stages=4, drawn=True, flat=True, pv_in_flight=True),
+           Config(head_dim=64, consumers=2, stages=3, pv_in_flight=True), Config(head_dim=128, pv_in_flight=True)]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -67,6 +67,7 @@ class Config:
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
     flat: bool = False           # tasks are runs of 64-row slices that may span two heads (:class:`FlatPlan`)
+    pv_in_flight: bool = False   # the plain loop leaves block j's P·V in flight until block j+1's Q·Kᵀ is waited for
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -78,6 +79,9 @@ class Config:
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
+        if self.pv_in_flight and (self.overlap or self.pingpong):
+            raise PTXBuildError(f"attention Config: pv_in_flight is a form of the plain loop (no overlap, no "
+                                f"pingpong), got {self}")
         if self.flat and (self.overlap or self.pingpong):
             raise PTXBuildError(f"attention Config: flat tasks take the plain loop (no overlap, no pingpong), "
                                 f"got {self}")
@@ -117,7 +121,7 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_f" if self.flat else "") + ("_d" if self.drawn else ""))
+                + ("_f" if self.flat else "") + ("_v" if self.pv_in_flight else "") + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -560,7 +564,11 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
             def plain(blocks, before=None, after=None):
                 """Blocks [0, blocks) one after the other; ``before(j)`` and ``after(j)`` emit what comes
-                around block j (flat, two runs: passing over the other run's)."""
+                around block j (flat, two runs: passing over the other run's). With ``pv_in_flight`` (and
+                nothing around the blocks) block j's P·V is not waited for on its own: block j+1's Q·Kᵀ
+                follows it into the tensor pipe and one wait covers both (wgmma groups complete in order),
+                so O is whole before its rescale; block j's stage is released after that wait."""
+                in_flight = cfg.pv_in_flight and before is None and after is None
                 for j in b.range(0, blocks, name="kv"):
                     if before is not None:
                         before(j)
@@ -569,15 +577,25 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     with in_turn():
                         scores(s_acc, k_tile)
                     b.wgmma_wait_group(0)
+                    if in_flight:            # block j-1's P·V is done too: its stage is free
+                        with b.if_then(b.setp("ne", u32, j, 0, name="pv_before"), uniform=True):
+                            kv_pipe.release(b, kv_pipe.behind(b), pred=lane0)
                     rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
                     p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
                     slot, v_tile = v_ready()
                     with in_turn():
                         values(p_regs, v_tile)
-                    b.wgmma_wait_group(0)
-                    release(slot)
+                    if in_flight:
+                        kv_pipe.advance(b)
+                    else:
+                        b.wgmma_wait_group(0)
+                        release(slot)
                     if after is not None:
                         after(j)
+                if in_flight:                # the last block's P·V
+                    b.wgmma_wait_group(0)
+                    with b.if_then(b.setp("ne", u32, blocks, 0, name="any_block"), uniform=True):
+                        kv_pipe.release(b, kv_pipe.behind(b), pred=lane0)
 
             if cfg.flat:      # the one-run tasks (most) in a loop with no passing in it
                 with b.if_else(runs.two, uniform=True) as (two, one):
