@@ -6,8 +6,9 @@ P from registers as wgmma's A operand. The launched configuration (:func:`defaul
 consumer warpgroups that interleave by themselves, two Q buffers (the loader fetches the next task's Q
 while the consumers finish the current one; at D=128 they fit because O leaves through the warpgroup's
 Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
-overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, and a rescale
-threshold. A persistent grid walks (batch, head, query block) tasks, head by head, the last (with a
+overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, a rescale
+threshold, and the plain loop with P·V left in flight (``pv_in_flight``: block j's P·V and block j+1's
+Q·Kᵀ share one wait, so a warpgroup waits once a block instead of twice, for no extra registers). A persistent grid walks (batch, head, query block) tasks, head by head, the last (with a
 causal mask the longest) query block first, so the blocks running at once share their heads' K/V in L2.
 The op's blocks draw the tasks from a counter as they free up (``Config.drawn``): that balances causal
 lengths, and under MPS, where a block may start only when another ends, a fixed stride took 1.4-1.7x

@@ -12,6 +12,10 @@ loads, clipping on stores).
 128-row tile as two 64-row accumulator chains whose wgmma interleave), so one's epilogue runs while the
 other's K loop has the tensor cores.
 
+``k_split=2`` or ``4`` runs a k-block's four 16-deep wgmma steps over that many accumulators in turn
+(summed once the K loop is done): a narrow tile's m64nNk16 products are short, and one chain of them
+waits on each one's latency.
+
 ``split_k=True`` builds the deterministic split-K form (:mod:`..split_k`): work units are (tile, K slice)
 pairs, ``splits`` (a parameter) slices per tile, partials in an f32 workspace, and the last slice to
 arrive sums them in slice order and stores C.
