@@ -1,11 +1,18 @@
-"""How much of a GEMM's time is the epilogue the tensor cores wait for: per shape, cuBLAS, pkptx.gemm as
-planned, the same schedule built with a store hook that stores nothing (wrong C, same K loop, same tile
-order), the same with the tiles staged in shared memory but not stored (which half of the epilogue
-costs), and the planned schedule with its tensor maps asking for L2 promotion (``l2=256``: a TMA load
-pulls 256-byte L2 lines; pkptx asks for none). The staging, ping-pong and stmatrix variants measured on
-2026-12-06 (bench/RESULTS.md) are on branch gemm-epilogue-variants. Needs a GPU and torch.
+"""How much of a GEMM's time is the epilogue and the tail the tensor cores wait for: per shape, cuBLAS,
+pkptx.gemm as planned, and variants of the same schedule (``--variants``, default all):
+- ``l2``: its tensor maps asking for L2 promotion (``l2=256``: a TMA load pulls 256-byte L2 lines; pkptx
+  asks for none);
+- ``store``: built with a store hook that stores nothing (wrong C, same K loop, same tile order), and
+  with the tiles staged in shared memory but not stored (which half of the epilogue costs);
+- ``exit``: its blocks exit once their TMA stores have read shared memory (``cp.async.bulk.wait_group.read
+  0``) instead of waiting for the writes (nothing signals after them; the kernel's end makes the writes
+  visible to the next kernel): a store round trip off every block's exit, the tail of a small problem;
+- ``k_split``: a k-block's wgmma over 2 and 4 accumulators (``GemmConfig.k_split``, where the registers
+  allow): a narrow tile's chain of short products no longer waits on each one's latency.
+The staging, ping-pong and stmatrix variants measured on 2026-12-06 (bench/RESULTS.md) are on branch
+gemm-epilogue-variants. Needs a GPU and torch.
 
-    python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...]
+    python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...] [--variants exit,k_split]
 """
 from __future__ import annotations
 
@@ -65,12 +72,31 @@ def build_staging_only(cfg):
     return t.build(**kernel.roles(cfg, store=stage))
 
 
+def build_read_wait(cfg):
+    """The planned kernel, its blocks exiting once their TMA stores have read shared memory."""
+    from pkptx.templates.kernels import gemm as kernel
+    direct = cfg.epilogue == "direct"
+    t = kernel.template(cfg, f"gemm_readwait_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}{'_sk' if cfg.split_k else ''}"
+                             f"{'_d' if direct else ''}{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}",
+                        params=kernel.DIRECT_PARAMS if direct else (kernel.C_PARAM,), progress=False)
+    store = kernel.store_direct(cfg) if direct else kernel.store_c(cfg)
+    return t.build(**kernel.roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
+
+
+VARIANTS = ("l2", "store", "exit", "k_split")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list (default: the built-in list)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = ap.parse_args(argv)
+    variants = set(args.variants.split(","))
     import torch
+    from dataclasses import replace
+
+    from pkptx.errors import PTXBuildError
 
     from pkptx.bench.common import event_ms
     from pkptx.launch import Device, Stream
@@ -101,35 +127,43 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
         print(f"| {name} | cuBLAS | - | {cublas * 1e3:.1f} | 1.000 | - |")
-        cfg = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem)
+        cfg = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, allow_swap=True)
 
-        def timed(label, build=real_build, l2=None, planned=None):
-            """Median us of the schedule with ``build``'s kernel (and tensor maps promoting ``l2``); rel err
-            of C where the kernel stores it; the share of ``planned`` us it saves."""
+        def timed(label, build=real_build, l2=None, planned=None, stores=True, schedule=cfg):
+            """Median us of ``schedule`` with ``build``'s kernel (and tensor maps promoting ``l2``); rel err
+            of C where the kernel ``stores`` it; the share of ``planned`` us it saves."""
             original = promoted(TensorMap, l2) if l2 else None
             kernel.build = build
             try:
                 fresh()
                 c.fill_(float("nan"))
-                op.gemm(a, b, c, stream=stream, config=cfg)
-                err = ((c.float() - ref).norm() / ref.norm()).item() if build is real_build else None
-                t = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
+                op.gemm(a, b, c, stream=stream, config=schedule)
+                err = ((c.float() - ref).norm() / ref.norm()).item() if stores else None
+                t = event_ms(lambda: op.gemm(a, b, c, stream=stream, config=schedule), stream, repeats=args.repeats)
             finally:
                 kernel.build = real_build
                 if original is not None:
                     TensorMap.tiled = original
                 fresh()
             share = "-" if planned is None else f"{1 - t / planned:.3f}"
-            print(f"| {name} | {cfg.label} {label} | {'-' if err is None else f'{err:.1e}'} | {t * 1e3:.1f} | "
+            print(f"| {name} | {schedule.label} {label} | {'-' if err is None else f'{err:.1e}'} | {t * 1e3:.1f} | "
                   f"{cublas / t:.3f} | {share} |", flush=True)
             return t
 
         ours = timed("(planned)")
-        for l2 in (128, 256):
+        for l2 in (128, 256) if "l2" in variants else ():
             timed(f"l2={l2}", l2=l2, planned=ours)
-        if cfg.splits == 1:
-            timed("without store", build_without_store, planned=ours)
-            timed("staged, not stored", build_staging_only, planned=ours)
+        if cfg.splits == 1 and cfg.epilogue == "tma" and "store" in variants:
+            timed("without store", build_without_store, planned=ours, stores=False)
+            timed("staged, not stored", build_staging_only, planned=ours, stores=False)
+        if "exit" in variants:
+            timed("read-wait exit", build_read_wait, planned=ours)
+        for k_split in (2, 4) if "k_split" in variants else ():
+            try:
+                replace(cfg, k_split=k_split).kernel_config("bf16", "bf16", "nk")
+            except PTXBuildError:
+                continue
+            timed(f"k_split {k_split}", planned=ours, schedule=replace(cfg, k_split=k_split))
     return 0
 
 
