@@ -9,7 +9,10 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
+from pkptx.errors import PTXBuildError
 from pkptx.templates.kernels import ag_gemm, gemm, gemm_ar, gemm_rs
 
 from .harness import DTYPES, Ranks, assert_close, assert_rel, inputs
@@ -49,14 +52,23 @@ def test_gemm_128x256x64(layout, out_dtype):
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
 
 
-@pytest.mark.parametrize("m, n, k, tile_m, tile_n, k_split", [(128, 128, 192, 64, 64, 2), (192, 64, 128, 128, 64, 4),
-                                                           (64, 128, 64, 64, 128, 2)])
-def test_gemm_k_split(m, n, k, tile_m, tile_n, k_split):
+@settings(max_examples=8, deadline=None)
+@given(tile_m=st.sampled_from([64, 128]), tile_n=st.sampled_from([64, 128]), k_split=st.sampled_from([2, 4]),
+       k_blocks=st.integers(1, 3), m_tail=st.integers(0, 63), n_tail=st.sampled_from([0, 8, 56]),
+       layout=st.sampled_from(["nk", "kn"]))
+@example(tile_m=64, tile_n=64, k_split=2, k_blocks=3, m_tail=0, n_tail=0, layout="nk")
+@example(tile_m=128, tile_n=64, k_split=4, k_blocks=2, m_tail=0, n_tail=0, layout="nk")
+def test_gemm_k_split(tile_m, tile_n, k_split, k_blocks, m_tail, n_tail, layout):
     """k-split accumulators: a k-block's four wgmma steps alternate over 2 or 4 accumulators, summed
-    after the K loop (more k-blocks than stages; a single k-block; two warpgroups; C NaN-poisoned)."""
-    cfg = gemm.Config(tile_m=tile_m, tile_n=tile_n, stages=2, k_split=k_split)
+    after the K loop, where the registers allow (one k-block or more than the stages; one or two
+    warpgroups; M and N cutting the last tiles short; C NaN-poisoned)."""
+    try:
+        cfg = gemm.Config(tile_m=tile_m, tile_n=tile_n, stages=2, b_layout=layout, k_split=k_split)
+    except PTXBuildError:
+        assume(False)
+    m, n, k = 2 * tile_m - m_tail, 2 * tile_n - n_tail, 64 * k_blocks       # two tile rows and columns
     ranks = Ranks(1, seed=8)
-    (a,), (b,) = _operands(17, 1, m, n, k, "nk")
+    (a,), (b,) = _operands(17, 1, m, n, k, layout)
     mach = ranks.world.machine
     a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 2, name="c")
     c_dev.write(np.full(m * n, 0x7FC0, np.uint16))
@@ -64,7 +76,7 @@ def test_gemm_k_split(m, n, k, tile_m, tile_n, k_split):
     ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=1, smem=cfg.smem_bytes, num_comm_sms=0,
                  tmap_c=ranks.tensor_map(c_dev.base, DTYPES["bf16"], (m, n), cfg.c_box), **values)
     ranks.run()
-    assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
+    assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, layout), "bf16", 1, "C")
 
 
 @pytest.mark.parametrize("m, k, stages, epilogue, tile_m", [
