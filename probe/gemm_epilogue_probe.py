@@ -77,7 +77,8 @@ def build_read_wait(cfg):
     from pkptx.templates.kernels import gemm as kernel
     direct = cfg.epilogue == "direct"
     t = kernel.template(cfg, f"gemm_readwait_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}{'_sk' if cfg.split_k else ''}"
-                             f"{'_d' if direct else ''}{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}",
+                             f"{'_d' if direct else ''}{'_pp' if cfg.pingpong else ''}"
+                             f"{'_t' if cfg.transpose_c else ''}",
                         params=kernel.DIRECT_PARAMS if direct else (kernel.C_PARAM,), progress=False)
     store = kernel.store_direct(cfg) if direct else kernel.store_c(cfg)
     return t.build(**kernel.roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))

@@ -8,8 +8,9 @@ while the consumers finish the current one; at D=128 they fit because O leaves t
 Q tile) and, at D=128, setmaxnreg. Other schedules are options: FlashAttention-3's intra-warpgroup
 overlap (block j's Q·Kᵀ issued before block j-1's P·V), its ping-pong of warpgroups, a rescale
 threshold, and the plain loop with P·V left in flight (``pv_in_flight``: block j's P·V and block j+1's
-Q·Kᵀ share one wait, so a warpgroup waits once a block instead of twice, for no extra registers). A persistent grid walks (batch, head, query block) tasks, head by head, the last (with a
-causal mask the longest) query block first, so the blocks running at once share their heads' K/V in L2.
+Q·Kᵀ share one wait, so a warpgroup waits once a block instead of twice, for no extra registers). A
+persistent grid walks (batch, head, query block) tasks, head by head, the last (with a causal mask the
+longest) query block first, so the blocks running at once share their heads' K/V in L2.
 The op's blocks draw the tasks from a counter as they free up (``Config.drawn``): that balances causal
 lengths, and under MPS, where a block may start only when another ends, a fixed stride took 1.4-1.7x
 the time beside other ranks' kernels. The fixed stride remains an option (``drawn=False``); with a mask
@@ -68,7 +69,7 @@ class Config:
     o_in_q: bool = False         # O goes out through the warpgroup's Q tile: no staging buffer (room for 2 Q buffers)
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
     flat: bool = False           # tasks are runs of 64-row slices that may span two heads (:class:`FlatPlan`)
-    pv_in_flight: bool = False   # the plain loop leaves block j's P·V in flight until block j+1's Q·Kᵀ is waited for
+    pv_in_flight: bool = False   # the plain loop: block j's P·V in flight until block j+1's Q·Kᵀ is waited for
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
