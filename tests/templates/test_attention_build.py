@@ -79,6 +79,7 @@ def test_ptx_forms_and_determinism(cfg):
     lambda: kernel.Config(head_dim=96), lambda: kernel.Config(dtype="f32"), lambda: kernel.Config(block_k=96),
     lambda: kernel.Config(consumers=4), lambda: kernel.Config(head_dim=128, consumers=3, stages=3),
     lambda: kernel.Config(consumers=1, pingpong=True), lambda: kernel.Config(rescale_threshold=17),
+    lambda: kernel.Config(pv_in_flight=True, stages=1), lambda: kernel.Config(pv_in_flight=True, overlap=True),
     lambda: merge.Config(threads=100),
 ])
 def test_bad_configs_are_refused(make):

@@ -81,9 +81,10 @@ class Config:
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
-        if self.pv_in_flight and (self.overlap or self.pingpong):
+        if self.pv_in_flight and (self.overlap or self.pingpong or self.stages < 2):
             raise PTXBuildError(f"attention Config: pv_in_flight is a form of the plain loop (no overlap, no "
-                                f"pingpong), got {self}")
+                                f"pingpong) that frees a K/V stage only after the next block's Q·Kᵀ: it needs 2 "
+                                f"stages or more, got {self}")
         if self.flat and (self.overlap or self.pingpong):
             raise PTXBuildError(f"attention Config: flat tasks take the plain loop (no overlap, no pingpong), "
                                 f"got {self}")
