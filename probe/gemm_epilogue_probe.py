@@ -75,12 +75,8 @@ def build_staging_only(cfg):
 def build_read_wait(cfg):
     """The planned kernel, its blocks exiting once their TMA stores have read shared memory."""
     from pkptx.templates.kernels import gemm as kernel
-    direct = cfg.epilogue == "direct"
-    t = kernel.template(cfg, f"gemm_readwait_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}{'_sk' if cfg.split_k else ''}"
-                             f"{'_d' if direct else ''}{'_pp' if cfg.pingpong else ''}"
-                             f"{'_t' if cfg.transpose_c else ''}",
-                        params=kernel.DIRECT_PARAMS if direct else (kernel.C_PARAM,), progress=False)
-    store = kernel.store_direct(cfg) if direct else kernel.store_c(cfg)
+    params, store = kernel.output_of(cfg)
+    t = kernel.template(cfg, kernel.name_of(cfg) + "_readwait", params=params, progress=False)
     return t.build(**kernel.roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
 
 

@@ -55,17 +55,16 @@ def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_l
     PTX: ``wgmma.fence; 4 x wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<t>.<t> {acc}, descA, descB,
     p, 1, 1, 0, tB; wgmma.commit_group;`` (the caller waits).
     """
-    mma_k_block_chains(b, ((acc, a_tile),), b_tile, n=n, dtype=dtype, b_layout=b_layout, first=first)
+    mma_k_block_chains(b, (((acc,), a_tile),), b_tile, n=n, dtype=dtype, b_layout=b_layout, first=first)
 
 
 def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:
-    """One k-block for several 64-row accumulators of one warpgroup (``chains``: (acc, A rows) pairs that
-    share the B tile), their wgmma interleaved step by step so the tensor cores always hold an
-    independent product, in one commit group. A chain's ``acc`` may be a tuple of accumulators (a
-    k-split chain): its 16-deep steps go to them in turn, so that consecutive wgmma of a narrow tile do
-    not wait for one another; ``first`` zeroes each; the caller sums them once the K loop is done."""
-    a_descs = [(acc if isinstance(acc, tuple) else (acc,), smem_desc(b, a_tile, name="a_desc"))
-               for acc, a_tile in chains]
+    """One k-block for several 64-row chains of one warpgroup (``chains``: (accumulators, A rows) pairs
+    that share the B tile), their wgmma interleaved step by step so the tensor cores always hold an
+    independent product, in one commit group. A chain's 16-deep steps go to its accumulators in turn
+    (more than one: k-split, so that consecutive wgmma of a narrow tile do not wait for one another;
+    ``first`` zeroes each, and the caller sums them once the K loop is done)."""
+    a_descs = [(accs, smem_desc(b, a_tile, name="a_desc")) for accs, a_tile in chains]
     if b_layout == "nk":
         b_desc, b_step, trans_b = smem_desc(b, b_tile, name="b_desc"), 2 * K_STEP, 0
     else:

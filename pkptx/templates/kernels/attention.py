@@ -572,6 +572,12 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 follows it into the tensor pipe and one wait covers both (wgmma groups complete in order),
                 so O is whole before its rescale; block j's stage is released after that wait."""
                 in_flight = cfg.pv_in_flight and before is None and after is None
+
+                def release_behind(pred):
+                    """Free the stage one position back (its P·V was waited for) where ``pred`` holds."""
+                    with b.if_then(pred, uniform=True):
+                        kv_pipe.release(b, kv_pipe.behind(b), pred=lane0)
+
                 for j in b.range(0, blocks, name="kv"):
                     if before is not None:
                         before(j)
@@ -581,8 +587,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         scores(s_acc, k_tile)
                     b.wgmma_wait_group(0)
                     if in_flight:            # block j-1's P·V is done too: its stage is free
-                        with b.if_then(b.setp("ne", u32, j, 0, name="pv_before"), uniform=True):
-                            kv_pipe.release(b, kv_pipe.behind(b), pred=lane0)
+                        release_behind(b.setp("ne", u32, j, 0, name="pv_before"))
                     rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
                     p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
                     slot, v_tile = v_ready()
@@ -597,8 +602,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         after(j)
                 if in_flight:                # the last block's P·V
                     b.wgmma_wait_group(0)
-                    with b.if_then(b.setp("ne", u32, blocks, 0, name="any_block"), uniform=True):
-                        kv_pipe.release(b, kv_pipe.behind(b), pred=lane0)
+                    release_behind(b.setp("ne", u32, blocks, 0, name="any_block"))
 
             if cfg.flat:      # the one-run tasks (most) in a loop with no passing in it
                 with b.if_else(runs.two, uniform=True) as (two, one):

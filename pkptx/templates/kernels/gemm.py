@@ -363,16 +363,27 @@ C_PARAM = Param("tmap_c", b8, 128, 64)
 DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32))
 
 
+def name_of(cfg: Config) -> str:
+    """The kernel's name: dtypes, B layout, tile, stages, and a suffix per option."""
+    return (f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
+            f"{'_sk' if cfg.split_k else ''}{'_d' if cfg.epilogue == 'direct' else ''}"
+            f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}"
+            f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}")
+
+
+def output_of(cfg: Config) -> tuple:
+    """(C's parameters, the store hook) of the config's epilogue."""
+    if cfg.epilogue == "direct":
+        return DIRECT_PARAMS, store_direct(cfg)
+    return (C_PARAM,), store_c(cfg)
+
+
 def build(cfg: Config = Config()):
-    direct = cfg.epilogue == "direct"
-    t = template(cfg, f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
-                      f"{'_sk' if cfg.split_k else ''}{'_d' if direct else ''}"
-                      f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}"
-                      f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}",
-                 params=DIRECT_PARAMS if direct else (C_PARAM,), progress=False)   # no block waits on another
-    if direct:
-        return t.build(**roles(cfg, store=store_direct(cfg)))
-    return t.build(**roles(cfg, store=store_c(cfg)), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+    params, store = output_of(cfg)
+    t = template(cfg, name_of(cfg), params=params, progress=False)   # no block waits on another
+    if cfg.epilogue == "direct":
+        return t.build(**roles(cfg, store=store))
+    return t.build(**roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
 
 
 def reference(a: np.ndarray, b: np.ndarray, b_layout: str = "nk") -> np.ndarray:
