@@ -8,7 +8,10 @@ pkptx.gemm as planned, and variants of the same schedule (``--variants``, defaul
   0``) instead of waiting for the writes (nothing signals after them; the kernel's end makes the writes
   visible to the next kernel): a store round trip off every block's exit, the tail of a small problem;
 - ``k_split``: a k-block's wgmma over 2 and 4 accumulators (``GemmConfig.k_split``, where the registers
-  allow): a narrow tile's chain of short products no longer waits on each one's latency.
+  allow): a narrow tile's chain of short products no longer waits on each one's latency;
+- ``pair``: two blocks an SM (stages cut so two fit, twice the K slices, k_split 1 and the legal 2 and 4):
+  a one-wave schedule of few tiles (small M, swapped) keeps twice the loads in flight per SM, and the
+  slices of a tile use the SMs its single block leaves idle.
 The staging, ping-pong and stmatrix variants measured on 2026-12-06 (bench/RESULTS.md) are on branch
 gemm-epilogue-variants. Needs a GPU and torch.
 
@@ -80,7 +83,7 @@ def build_read_wait(cfg):
     return t.build(**kernel.roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
 
 
-VARIANTS = ("l2", "store", "exit", "k_split")
+VARIANTS = ("l2", "store", "exit", "k_split", "pair")
 
 
 def main(argv=None) -> int:
@@ -161,6 +164,14 @@ def main(argv=None) -> int:
             except PTXBuildError:
                 continue
             timed(f"k_split {k_split}", planned=ours, schedule=replace(cfg, k_split=k_split))
+        for k_split in (1, 2, 4) if "pair" in variants else ():
+            paired = replace(cfg, splits=2 * cfg.splits, k_split=k_split)
+            try:
+                while 2 * (op.check_config(paired, m, n, k, "bf16", "bf16", "nk").smem_bytes + 1024) > smem:
+                    paired = replace(paired, stages=paired.stages - 1)
+            except op.GemmArgumentError:       # an illegal k_split, too few k-blocks, or stages under 1
+                continue
+            timed("two blocks an SM", planned=ours, schedule=paired)
     return 0
 
 
