@@ -1,14 +1,31 @@
 #!/bin/bash
-# The GPU measurements behind two opt-in loop forms that shorten chains of dependent wgmma, in one short
-# device call (most needed first): the gemm GPU tests (forced k-split schedules among them), the
-# small-GEMM probe (k_split 2 / 4 and the read-only exit wait against the planned kernel), the attention
-# probe of P·V left in flight (PROBE_SET=inflight). Logs under $OUT.
-#   PKPTX_COMMIT=<commit> bash probe/wgmma_chain_probes.sh
+# The measurements behind three default changes that shorten chains of dependent wgmma or the blocks'
+# exit, in one short device call (most needed first); logs under $OUT:
+# 1. the small-GEMM probe: k_split 2 / 4, the read-only exit wait and two blocks an SM, against the planned
+#    kernel (gemm_epilogue_probe.py);
+# 2. the attention probe of P·V left in flight (PROBE_SET=inflight) at 1k keys;
+# 3. each patch under probe/patches applied to a copy of this tree, with its GPU tests and benchmarks
+#    (gemm_defaults: the planner's k-split rule and the read-only exit wait; attention_in_flight: the D=64
+#    drawn kernels leave P·V in flight). Bench rows are stamped "<commit>+<patch>".
+#   PKPTX_COMMIT=<commit> bash probe/wgmma_chain_probes.sh [probes,gemm_defaults,attention_in_flight]
 export PKPTX_DISABLE_MULTICAST=1
+parts=${1:-probes,gemm_defaults,attention_in_flight}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 90 python3 tools/gpu_check.py --steps "gemm" --total-s 88 > $OUT/check_gemm.txt 2>&1; tail -4 $OUT/check_gemm.txt
-timeout 100 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants exit,k_split,pair \
-  --shapes 512x512x512,1024x1024x1024,16x8192x8192,128x8192x8192 \
-  > $OUT/gemm_small.txt 2>&1; tail -40 $OUT/gemm_small.txt | cut -c1-150
-PROBE_SET=inflight PROBE_SHAPES=32x16x1024x64 PROBE_DUMP_S=55 timeout 58 python3 probe/attention_configs.py \
-  > $OUT/attn_inflight.txt 2>&1; grep -v "^\s*$" $OUT/attn_inflight.txt | tail -22 | cut -c1-200
+if [[ ,$parts, == *,probes,* ]]; then
+  timeout 100 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants exit,k_split,pair \
+    --shapes 512x512x512,1024x1024x1024,16x8192x8192,128x8192x8192 > $OUT/gemm_small.txt 2>&1
+  grep "^|" $OUT/gemm_small.txt | cut -c1-120
+  PROBE_SET=inflight PROBE_SHAPES=32x16x1024x64 PROBE_DUMP_S=55 timeout 58 python3 probe/attention_configs.py \
+    > $OUT/attn_inflight.txt 2>&1; grep -v "^\s*$" $OUT/attn_inflight.txt | tail -16 | cut -c1-160
+fi
+patched() {     # patch name, gpu_check steps, seconds
+  [[ ,$parts, == *,$1,* ]] || return 0
+  local tree; tree=$(mktemp -d)
+  tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$tree"
+  (cd "$tree" && { git apply "$OLDPWD/probe/patches/$1.patch" || patch -p1 < "$OLDPWD/probe/patches/$1.patch"; }) || { echo "$1: patch does not apply"; return 1; }
+  mkdir -p "$OUT/$1"
+  (cd "$tree" && OUT=$OUT/$1 PKPTX_COMMIT="${PKPTX_COMMIT:-?}+$1" timeout $(($3 + 10)) \
+    python3 tools/gpu_check.py --steps "$2" --total-s "$3" 2>&1 | tail -42)
+}
+patched gemm_defaults "gemm,bench_gemm,bench_fused -n 1" 260
+patched attention_in_flight "attention,sanitizer,bench_attention" 420
