@@ -101,9 +101,10 @@ def main(argv=None) -> int:
     from pkptx.bench.common import event_ms
     from pkptx.launch import Device, Stream
     from pkptx.launch.tensormap import TensorMap
-    from pkptx.launch.occupancy import context_sm_count
+    from pkptx.launch.occupancy import blocks_per_sm, context_sm_count
     from pkptx.ops import gemm as op
     from pkptx.ops import launches
+    from pkptx.ops.common import load
     from pkptx.ops.gemm_plan import plan
     from pkptx.templates.kernels import gemm as kernel
 
@@ -167,11 +168,15 @@ def main(argv=None) -> int:
         for k_split in (1, 2, 4) if "pair" in variants else ():
             paired = replace(cfg, splits=2 * cfg.splits, k_split=k_split)
             try:
-                while 2 * (op.check_config(paired, m, n, k, "bf16", "bf16", "nk").smem_bytes + 1024) > smem:
+                fitted = op.check_config(paired, m, n, k, "bf16", "bf16", "nk")
+                while paired.stages > 2 and 2 * (fitted.smem_bytes + 1024) > smem:
                     paired = replace(paired, stages=paired.stages - 1)
-            except op.GemmArgumentError:       # an illegal k_split, too few k-blocks, or stages under 1
+                    fitted = op.check_config(paired, m, n, k, "bf16", "bf16", "nk")
+            except op.GemmArgumentError:       # an illegal k_split or too few k-blocks
                 continue
-            timed("two blocks an SM", planned=ours, schedule=paired)
+            built = load(kernel.build, fitted, dev)
+            resident = blocks_per_sm(built, built.threads, built.compiled.dynamic_smem)
+            timed(f"{resident} blocks an SM", planned=ours, schedule=paired)
     return 0
 
 
