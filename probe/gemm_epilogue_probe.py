@@ -96,8 +96,6 @@ def main(argv=None) -> int:
     import torch
     from dataclasses import replace
 
-    from pkptx.errors import PTXBuildError
-
     from pkptx.bench.common import event_ms
     from pkptx.launch import Device, Stream
     from pkptx.launch.tensormap import TensorMap
@@ -161,8 +159,8 @@ def main(argv=None) -> int:
             timed("read-wait exit", build_read_wait, planned=ours)
         for k_split in (2, 4) if "k_split" in variants else ():
             try:
-                replace(cfg, k_split=k_split).kernel_config("bf16", "bf16", "nk")
-            except PTXBuildError:
+                op.check_config(replace(cfg, k_split=k_split), m, n, k, "bf16", "bf16", "nk")
+            except op.GemmArgumentError:       # too many accumulator registers
                 continue
             timed(f"k_split {k_split}", planned=ours, schedule=replace(cfg, k_split=k_split))
         for k_split in (1, 2, 4) if "pair" in variants else ():

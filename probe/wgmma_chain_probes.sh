@@ -22,7 +22,8 @@ patched() {     # patch name, gpu_check steps, seconds
   [[ ,$parts, == *,$1,* ]] || return 0
   local tree; tree=$(mktemp -d)
   tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$tree"
-  (cd "$tree" && { git apply "$OLDPWD/probe/patches/$1.patch" || patch -p1 < "$OLDPWD/probe/patches/$1.patch"; }) || { echo "$1: patch does not apply"; return 1; }
+  local patch=$PWD/probe/patches/$1.patch
+  (cd "$tree" && { git apply "$patch" || patch -p1 < "$patch"; }) || { echo "$1: patch does not apply"; return 1; }
   mkdir -p "$OUT/$1"
   (cd "$tree" && OUT=$OUT/$1 PKPTX_COMMIT="${PKPTX_COMMIT:-?}+$1" timeout $(($3 + 10)) \
     python3 tools/gpu_check.py --steps "$2" --total-s "$3" 2>&1 | tail -42)

@@ -27,7 +27,7 @@ stages are smaller, so more fit (up to NARROW_MAX_STAGES), and only 64-row tiles
 16x8192x8192, and K slices beyond one wave of units lost 3-50 %).
 
 A forced schedule may run a k-block's wgmma over 2 or 4 accumulators (``k_split``: a chain of short
-m64nNk16 products then does not wait on each one's latency); the model plans one until the
+m64nNk16 products then does not wait on each one's latency); the model plans one until
 probe/gemm_epilogue_probe.py (``--variants k_split``) says where more pay.
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
