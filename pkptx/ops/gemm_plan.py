@@ -26,6 +26,10 @@ stages are smaller, so more fit (up to NARROW_MAX_STAGES), and only 64-row tiles
 (H100, bench/RESULTS.md 2026-12-06: 64 x 16 unsplit beat 128 x 16 in two K slices, 47.8 vs 50.8 us at
 16x8192x8192, and K slices beyond one wave of units lost 3-50 %).
 
+A forced schedule may also pair blocks in clusters that share B's loads (``cluster=2``: multicast TMA,
+a quarter less L2 traffic a k-block at 128 x 256); the model does not weigh it until
+probe/gemm_epilogue_probe.py (``--variants cluster``) says where it pays.
+
 A forced schedule may run a k-block's wgmma over 2 or 4 accumulators (``k_split``: a chain of short
 m64nNk16 products then does not wait on each one's latency); the model plans one until
 probe/gemm_epilogue_probe.py (``--variants k_split``) says where more pay.
@@ -84,13 +88,14 @@ class GemmConfig:
     pingpong: bool = False       # whole tiles taken in turn by two warpgroups (kernel.Config.pingpong)
     swap: bool = False           # compute Cᵀ = B·Aᵀ: tile_m spans N, tile_n spans M (direct epilogue, B N x K)
     k_split: int = 1             # accumulators a k-block's wgmma alternate over (kernel.Config.k_split)
+    cluster: int = 1             # 2: block pairs on adjacent tile rows share B's loads (kernel.Config.cluster_m)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
                              split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong,
-                             transpose_c=self.swap, k_split=self.k_split)
+                             transpose_c=self.swap, k_split=self.k_split, cluster_m=self.cluster)
 
     def kernel_problem(self, m: int, n: int) -> tuple[int, int]:
         """(rows, columns) of the product the kernel computes: C's, or Cᵀ's when swapped."""
@@ -101,7 +106,8 @@ class GemmConfig:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
                 + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else "")
-                + (f"/ks{self.k_split}" if self.k_split > 1 else ""))
+                + (f"/ks{self.k_split}" if self.k_split > 1 else "")
+                + (f"/c{self.cluster}" if self.cluster > 1 else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
