@@ -12,7 +12,9 @@ from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, P
                                  SWAP_MAX_M, WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s, fill,
                                  max_stages, plan, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
+from pkptx.errors import PTXBuildError
 from pkptx.templates.kernels import gemm as kernel
+from pkptx.templates.kernels import grouped_gemm
 from pkptx.toolchain import assemble
 
 SMEM = 227 * 1024
@@ -99,10 +101,24 @@ def test_candidates_cover_every_tile_and_split_one():
     (GemmConfig(128, 192, 5, pingpong=True), "over 227 KB"),   # two 16 KB staging buffers beside 5 x 40 KB
     (kernel.Config(), "GemmConfig"),
     (GemmConfig(128, 32, 8), "not a legal kernel"),                         # narrow tiles store from registers
+    (GemmConfig(cluster=3), "cluster_m must be 1 or 2"),
+    (GemmConfig(splits=2, cluster=2), "no pingpong, no split-K"),
+    (GemmConfig(128, 192, 4, pingpong=True, cluster=2), "no pingpong, no split-K"),
 ])
 def test_forced_config_is_checked(cfg, message):
     with pytest.raises(GemmArgumentError, match=message):
         check_config(cfg, 256, 256, 128, "bf16", "bf16", "nk")
+
+
+def test_block_pairs_split_b_into_whole_boxes():
+    """cluster=2: each block loads half of B's tile: K-major halves of whole 8-row swizzle groups, N-major
+    halves of whole 64-column boxes; kernels with their own tile order refuse it."""
+    assert check_config(GemmConfig(cluster=2), 256, 256, 128, "bf16", "bf16", "nk").b_box == (128, 64)
+    assert check_config(GemmConfig(128, 128, 6, cluster=2), 256, 256, 128, "bf16", "bf16", "kn").b_box == (64, 64)
+    with pytest.raises(GemmArgumentError, match="64-column boxes"):
+        check_config(GemmConfig(128, 192, 4, cluster=2), 256, 256, 128, "bf16", "bf16", "kn")
+    with pytest.raises(PTXBuildError, match="own tile order"):
+        grouped_gemm.build(grouped_gemm.Config(gemm=kernel.Config(cluster_m=2)))
 
 
 def test_swap_needs_k_major_b_and_the_direct_epilogue():

@@ -21,7 +21,9 @@ apart, the same columns) together: each block TMA-loads its own A rows and half 
 multicast into both blocks' stages, so each SM pulls a quarter less per k-block from L2 at 128 x 256 (A
 16 KB + half of B 16 KB, not 48 KB). A stage is free once both blocks' consumers have released it
 (:class:`Pipeline` ``cluster``). With an odd tile-row count the last pair's second tile lies below C:
-its block still loads its half of B (A's rows come zero-filled) and stores nothing.
+its block still loads its half of B (A's rows come zero-filled) and stores nothing. After a timeout
+(the host's error says the results are void) a block may leave while its peer's loads still land in its
+shared memory: the context is best recreated.
 
 ``split_k=True`` builds the deterministic split-K form (:mod:`..split_k`): work units are (tile, K slice)
 pairs, ``splits`` (a parameter) slices per tile, partials in an f32 workspace, and the last slice to
@@ -89,10 +91,10 @@ class Config:
         if self.cluster_m > 1 and (self.pingpong or self.split_k):
             raise PTXBuildError(f"gemm Config: cluster_m=2 walks whole tiles in pairs (no pingpong, no split-K), "
                                 f"got {self}")
-        if self.cluster_m > 1 and self.tile_n % (self.cluster_m * (8 if self.b_layout == "nk" else BOX_COLS)):
-            raise PTXBuildError(f"gemm Config: cluster_m={self.cluster_m} loads B in {self.cluster_m} parts of "
-                                f"whole {'8-row swizzle groups' if self.b_layout == 'nk' else '64-column boxes'}: "
-                                f"tile_n {self.tile_n} does not divide so, got {self}")
+        if self.cluster_m > 1 and self.b_layout == "kn" and self.tile_n % (self.cluster_m * BOX_COLS):
+            # (K-major B splits into halves of whole 8-row swizzle groups: tile_n is a multiple of 16)
+            raise PTXBuildError(f"gemm Config: cluster_m={self.cluster_m} loads an N-major B in {self.cluster_m} "
+                                f"parts of whole 64-column boxes: tile_n {self.tile_n} does not divide so, got {self}")
         if self.acc_regs > 192:
             raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192 (a ping-pong "
                                 f"warpgroup holds the whole tile, k_split multiplies them), got {self}")
@@ -228,6 +230,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     prologue puts its registers, for a kernel that reads them too."""
     loop = loop or KLoop()
     clustered = cfg.cluster_m > 1
+    if clustered and (tile is not None or before_a is not None):
+        raise PTXBuildError(f"gemm roles: cluster_m={cfg.cluster_m} takes its tiles in pairs of rows; a kernel with "
+                            "its own tile order (a fused or grouped GEMM) cannot use it")
 
     def cluster_tile(ctx, task):
         """A cluster's task is cluster_m vertically adjacent tiles (tasks in the grouped order over rows of
