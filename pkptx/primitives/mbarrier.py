@@ -13,8 +13,7 @@ from ..isa import Builder, Reg, address, u32
 MBARRIER_FLAG_ID = 0xFFFFFFFF      # the "flag" an expired mbarrier wait reports
 
 
-def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False, cluster: bool = False,
-                name: str = "mbwait"):
+def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False, name: str = "mbwait"):
     """Spin until the barrier's phase with ``parity`` has completed.
 
     PTX::
@@ -33,9 +32,6 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False
     probe, so a wait that succeeds first time costs nothing extra. ``deadline=None`` is an explicit
     opt-out for test kernels whose host bounds the whole launch.
 
-    ``cluster=True``: ``mbarrier.try_wait.parity.acquire.cluster``, for a barrier that other CTAs of the
-    cluster arrive on (release at cluster scope) after their last access to memory this thread reuses.
-
     Returns the last probe's predicate: true once the phase completed, false only when an abandoned
     wait expired.
 
@@ -46,8 +42,7 @@ def wait_parity(b: Builder, bar_addr, parity, *, deadline, abandon: bool = False
     still ends promptly.
     """
     with b.loop(name) as lp:
-        done = b.mbarrier_try_wait(address(bar_addr), parity, parity=True, sem="acquire" if cluster else None,
-                                   scope="cluster" if cluster else None)
+        done = b.mbarrier_try_wait(address(bar_addr), parity, parity=True)
         lp.break_if(done)
         if deadline is not None:
             late = b.setp("gt", "u64", b.special("globaltimer"), deadline.end, name="mb_late")

@@ -28,9 +28,11 @@ A *cluster* pipeline (``cluster=c``: the stages are filled by multicast loads, e
 c bringing a part into every CTA's stage, completing on the full barrier at the same offset in each):
 a stage may be refilled only once the consumers of every CTA are done with it, so each consumer
 release arrives on the empty barrier of every CTA of the cluster (``mapa`` then ``mbarrier.arrive
-.release.cluster.shared::cluster.b64 _, [remote]``: its reads of the stage happen before the peer's
-loads overwrite it) and the producer's wait acquires at cluster scope. The empty ring then expects c
-times the consumer arrivals.
+.release.cta.shared::cluster.b64 _, [remote]``). The empty ring then expects c times the consumer
+arrivals. CTA scope is enough: what the arrival orders is the consumers' wgmma reads of the stage (async
+proxy, complete at ``wgmma.wait_group``) before the peer's TMA writes into it (async proxy, issued only
+after the peer's wait saw the phase complete), an order the barrier's phase itself carries; a generic
+release at cluster scope orders neither, and costs the consumers a cluster-wide fence every k-block.
 
 The position is kept one of two ways (the protocol is the same; the PTX differs):
 
@@ -152,8 +154,7 @@ class Pipeline:
             raise locate(PTXBuildError("Pipeline.acquire: a wait on the empty ring needs deadline= (a lost "
                                        "release is then reported, not a hang; None: the explicit opt-out)"))
         slot = self.at(b)
-        wait_parity(b, self.empty.bar(b, slot.stage), b.xor(b32, slot.phase, 1), deadline=deadline,
-                    cluster=self.cluster > 1, name=name)
+        wait_parity(b, self.empty.bar(b, slot.stage), b.xor(b32, slot.phase, 1), deadline=deadline, name=name)
         return slot
 
     def commit(self, b: Builder, nbytes, *, stage=None, ring: int = 0, bar=None):
@@ -182,7 +183,7 @@ class Pipeline:
         """This thread is done with ``slot``'s stage: ``@pred mbarrier.arrive.shared::cta.b64 _, [empty +
         8*stage];`` (the ring expects one arrival per releasing thread: ``pred`` picks them). A cluster
         pipeline arrives on that barrier in every CTA of the cluster: per CTA r, ``mapa.shared::cluster.u32
-        remote, empty + 8*stage, r; @pred mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];``."""
+        remote, empty + 8*stage, r; @pred mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];``."""
         if self.empty is None:
             raise locate(PTXBuildError("Pipeline.release: there is no empty ring; a stage is freed by the bulk "
                                        "store that read it (acquire waits for that)"))
@@ -192,7 +193,7 @@ class Pipeline:
             return
         local = b.add(u32, bar.base, bar.offset, name="empty_bar") if bar.offset else bar.base
         for cta in range(self.cluster):
-            b.mbarrier_arrive(b.mapa(u32, local, cta, name="peer_empty_bar"), sem="release", scope="cluster",
+            b.mbarrier_arrive(b.mapa(u32, local, cta, name="peer_empty_bar"), sem="release", scope="cta",
                               space="shared::cluster", pred=pred)
 
     # ------------------------------------------------------------------------------------ both

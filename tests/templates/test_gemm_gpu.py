@@ -110,7 +110,9 @@ def test_pingpong_and_swapped_match_float64(gpu, problem, config):
     output type."""
     a, b, got = _run(problem, 2, config)
     got = got.astype(np.float64)
-    assert not np.isnan(got).any(), "unwritten (poisoned) outputs remain"
+    rows, cols = np.nonzero(np.isnan(got))
+    assert not rows.size, (f"{rows.size} unwritten (poisoned) outputs remain, rows {rows.min()}-{rows.max()}, "
+                           f"columns {cols.min()}-{cols.max()}")
     ref = kernel.reference(a, b, problem[3])
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < BOUND[problem[5]]
 
