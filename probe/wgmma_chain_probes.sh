@@ -2,7 +2,8 @@
 # The GEMM measurements still open, in one short device call; logs under $OUT (parts in this order):
 # 1. probes: the small-GEMM probe (k_split 2 / 4, the read-only exit wait, two blocks an SM, against the
 #    planned kernel: gemm_epilogue_probe.py) and the attention probe of P·V in flight at 1k keys;
-# 2. cluster: the GEMM in block pairs sharing B (GemmConfig.cluster=2): its failing GPU case, then the
+# 2. cluster: the GEMM in block pairs sharing B (GemmConfig.cluster=2): where it leaves C unwritten
+#    (gemm_pair_check.py), then the
 #    probe's cluster variant on four large shapes;
 # 3. gemm_defaults: probe/patches/gemm_defaults.patch (the planner's k-split rule and the read-only exit
 #    wait) applied to a copy of this tree, with the GEMM tests, bench_gemm and bench_fused at 1 rank, bench
@@ -21,7 +22,7 @@ if [[ ,$parts, == *,probes,* ]]; then
 fi
 if [[ ,$parts, == *,cluster,* ]]; then    # block pairs sharing B on the large shapes (rel err printed per row;
   # a lost arrival is a 15 s timeout error, not a hang; its GPU tests are in gpu_check's gemm step)
-  PKPTX_TIMEOUT_S=15 timeout 60 python3 -m pytest -q tests/templates/test_gemm_gpu.py -k "pingpong_and_swapped and config9" 2>&1 | grep -m2 "unwritten\|passed\|failed"
+  PKPTX_TIMEOUT_S=15 timeout 60 python3 probe/gemm_pair_check.py 2>&1 | tail -12
   PKPTX_TIMEOUT_S=15 timeout 150 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants cluster --shapes \
     4096x4096x4096,8192x8192x8192,2048x2048x16384,4096x14336x4096 \
     > $OUT/gemm_cluster.txt 2>&1; grep "^|" $OUT/gemm_cluster.txt | cut -c1-120; tail -3 $OUT/gemm_cluster.txt
