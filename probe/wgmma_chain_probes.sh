@@ -3,8 +3,7 @@
 # 1. probes: the small-GEMM probe (k_split 2 / 4, the read-only exit wait, two blocks an SM, against the
 #    planned kernel: gemm_epilogue_probe.py) and the attention probe of P·V in flight at 1k keys;
 # 2. cluster: the GEMM in block pairs sharing B (GemmConfig.cluster=2): where it leaves C unwritten
-#    (gemm_pair_check.py), then the
-#    probe's cluster variant on four large shapes;
+#    (gemm_pair_check.py), then the probe's cluster variant on four large shapes;
 # 3. gemm_defaults: probe/patches/gemm_defaults.patch (the planner's k-split rule and the read-only exit
 #    wait) applied to a copy of this tree, with the GEMM tests, bench_gemm and bench_fused at 1 rank, bench
 #    rows stamped "<commit>+gemm_defaults". `cluster,gemm_defaults` fits one call of about 6 min.
