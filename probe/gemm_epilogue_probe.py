@@ -11,10 +11,7 @@ pkptx.gemm as planned, and variants of the same schedule (``--variants``, defaul
   allow): a narrow tile's chain of short products no longer waits on each one's latency;
 - ``pair``: two blocks an SM (stages cut so two fit, twice the K slices, k_split 1 and the legal 2 and 4):
   a one-wave schedule of few tiles (small M, swapped) keeps twice the loads in flight per SM, and the
-  slices of a tile use the SMs its single block leaves idle;
-- ``cluster``: blocks in clusters of two on adjacent tile rows, each loading half of B multicast into both
-  (``GemmConfig.cluster=2``; a ping-pong plan runs as the cooperative kernel of its tile): a quarter less
-  L2 traffic a k-block at 128 x 256, where the K loop of a large problem may be bound by it.
+  slices of a tile use the SMs its single block leaves idle.
 The staging, ping-pong and stmatrix variants measured on 2026-12-06 (bench/RESULTS.md) are on branch
 gemm-epilogue-variants. Needs a GPU and torch.
 
@@ -86,7 +83,7 @@ def build_read_wait(cfg):
     return t.build(**kernel.roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
 
 
-VARIANTS = ("l2", "store", "exit", "k_split", "pair", "cluster")
+VARIANTS = ("l2", "store", "exit", "k_split", "pair")
 
 
 def main(argv=None) -> int:
@@ -102,7 +99,7 @@ def main(argv=None) -> int:
     from pkptx.bench.common import event_ms
     from pkptx.launch import Device, Stream
     from pkptx.launch.tensormap import TensorMap
-    from pkptx.launch.occupancy import blocks_per_sm, clusters_resident, context_sm_count
+    from pkptx.launch.occupancy import blocks_per_sm, context_sm_count
     from pkptx.ops import gemm as op
     from pkptx.ops import launches
     from pkptx.ops.common import load
@@ -178,14 +175,6 @@ def main(argv=None) -> int:
             built = load(kernel.build, fitted, dev)
             resident = blocks_per_sm(built, built.threads, built.compiled.dynamic_smem)
             timed(f"{resident} blocks an SM", planned=ours, schedule=paired)
-        if "cluster" in variants and cfg.splits == 1 and not cfg.swap:
-            clustered = replace(cfg, cluster=2, pingpong=False)
-            try:
-                built = load(kernel.build, op.check_config(clustered, m, n, k, "bf16", "bf16", "nk"), dev)
-            except op.GemmArgumentError:       # a tile B does not split into two parts of
-                continue
-            pairs = clusters_resident(built, built.threads, built.compiled.dynamic_smem)
-            timed(f"{pairs} pairs resident", planned=ours, schedule=clustered)
     return 0
 
 

@@ -300,14 +300,6 @@ class InterpretedDriver:
         return self._ok, min(BLOCKS_PER_SM, THREADS_PER_SM // (32 * warps), SMEM_PER_SM // shared,
                             REGS_PER_SM // (regs_per_warp * warps))
 
-    def cuOccupancyMaxActiveClusters(self, fn, config):
-        """The kernel's clusters (its declared shape) that fit: blocks per SM over every SM, in whole
-        clusters (no GPC boundaries: the interpreter's SMs are one pool)."""
-        compiled, _ = self._functions[int(fn)]
-        size = int(np.prod(compiled.cluster or (1,)))
-        _, per_sm = self.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, config.blockDimX, config.sharedMemBytes)
-        return self._ok, self.limits.sm_count * per_sm // size
-
     def cuLaunchKernelEx(self, config, fn, params, extra):
         """Interpret the launch to its end; ``params`` is the ``void*`` array of the packed arguments."""
         _, kernel = self._functions[int(fn)]

@@ -10,8 +10,6 @@ which is why the kernels also take their roles from launch tickets (:mod:`pkptx.
 """
 from __future__ import annotations
 
-from math import prod
-
 from ..errors import CudaError, LaunchError
 from .device import Device
 from .driver import call, driver
@@ -51,39 +49,12 @@ def blocks_per_sm(kernel, threads: int, smem: int) -> int:
 _per_sm: dict[tuple, int] = {}
 
 
-def clusters_resident(kernel, threads: int, smem: int) -> int:
-    """``cuOccupancyMaxActiveClusters`` for a loaded kernel that declares its cluster shape: how many of
-    its clusters the device holds at once (a cluster's blocks share one GPC, so this can be less than
-    the SMs over the cluster size)."""
-    fn = kernel.function
-    fn.ensure_dynamic_smem(smem)
-    key = (id(fn), threads, smem)
-    count = _clusters.get(key)
-    if count is None:
-        cu = driver()
-        config = cu.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = kernel.compiled.cluster
-        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
-        config.sharedMemBytes, config.numAttrs = smem, 0          # the cluster shape is the kernel's own
-        count = _clusters[key] = int(call("cuOccupancyMaxActiveClusters", fn.handle, config))
-    return count
-
-
-_clusters: dict[tuple, int] = {}
-
-
 def persistent_grid(kernel, *, work: int | None = None) -> int:
     """Blocks for a persistent launch of ``kernel`` (at the block and dynamic shared memory it declares):
-    what can be resident in this context, and no more than ``work`` blocks' worth of tasks. At least 1.
-    A kernel with a cluster shape gets whole clusters, no more than the device holds at once."""
+    what can be resident in this context, and no more than ``work`` blocks' worth of tasks. At least 1."""
     threads, smem = kernel.threads, kernel.compiled.dynamic_smem
     resident = context_sm_count(kernel.device) * blocks_per_sm(kernel, threads, smem)
-    cluster = 1
-    if kernel.compiled.cluster:
-        cluster = prod(kernel.compiled.cluster)
-        resident = min(resident // cluster, clusters_resident(kernel, threads, smem)) * cluster
     if resident < 1:
-        raise LaunchError(f"{kernel.compiled.entry}: no {'cluster' if cluster > 1 else 'block'} of {threads}-thread "
-                          f"blocks with {smem} bytes of shared memory fits on the device")
-    want = resident if work is None else -(-work // cluster) * cluster
-    return max(cluster, min(resident, want))
+        raise LaunchError(f"{kernel.compiled.entry}: no block of {threads} threads with {smem} bytes of shared "
+                          "memory fits on an SM")
+    return max(1, min(resident, work if work is not None else resident))

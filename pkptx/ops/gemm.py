@@ -122,8 +122,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     rows, cols = schedule.kernel_problem(m, n)
     first, second = (b, a) if schedule.swap else (a, b)         # swapped: Cᵀ = B·Aᵀ
     tiles_m, tiles_n = -(-rows // cfg.tile_m), -(-cols // cfg.tile_n)
-    tasks = -(-tiles_m // schedule.cluster) * tiles_n * schedule.splits     # a cluster's task: one tile a block
-    grid = persistent_grid(launchable, work=tasks * schedule.cluster)
+    grid = persistent_grid(launchable, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
         tmap_a=tensor_map(first, (cfg.tile_m, TILE_K)), tmap_b=tensor_map(second, cfg.b_box), k=k, tiles_m=tiles_m,
         tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr,

@@ -26,13 +26,10 @@ stages are smaller, so more fit (up to NARROW_MAX_STAGES), and only 64-row tiles
 (H100, bench/RESULTS.md 2026-12-06: 64 x 16 unsplit beat 128 x 16 in two K slices, 47.8 vs 50.8 us at
 16x8192x8192, and K slices beyond one wave of units lost 3-50 %).
 
-A forced schedule may also pair blocks in clusters that share B's loads (``cluster=2``: multicast TMA,
-a quarter less L2 traffic a k-block at 128 x 256); the model does not weigh it until
-probe/gemm_epilogue_probe.py (``--variants cluster``) says where it pays.
-
-A forced schedule may run a k-block's wgmma over 2 or 4 accumulators (``k_split``: a chain of short
-m64nNk16 products then does not wait on each one's latency); the model plans one until
-probe/gemm_epilogue_probe.py (``--variants k_split``) says where more pay.
+A k-block's wgmma run over 2 or 4 accumulators (``k_split``, :func:`k_split_of`) where the tile is
+narrow: a chain of short m64nNk16 products then does not wait on each one's latency (H100, bench/RESULTS.md
+2026-12-07: 512³ 0.909 -> 0.935 of cuBLAS, 1024³ 0.909 -> 0.929, 16x8192x8192 0.995 -> 1.001, the rest within
+1 %). The fused and grouped kernels keep one (their epilogues read a single accumulator set).
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
@@ -41,7 +38,7 @@ where tiles already fill the SMs, splitting only adds partial traffic. The const
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..templates.gemm_parts import NARROW_STEP, TILE_K
 from ..templates.kernels import gemm as kernel
@@ -88,14 +85,13 @@ class GemmConfig:
     pingpong: bool = False       # whole tiles taken in turn by two warpgroups (kernel.Config.pingpong)
     swap: bool = False           # compute Cᵀ = B·Aᵀ: tile_m spans N, tile_n spans M (direct epilogue, B N x K)
     k_split: int = 1             # accumulators a k-block's wgmma alternate over (kernel.Config.k_split)
-    cluster: int = 1             # 2: block pairs on adjacent tile rows share B's loads (kernel.Config.cluster_m)
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
                              split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong,
-                             transpose_c=self.swap, k_split=self.k_split, cluster_m=self.cluster)
+                             transpose_c=self.swap, k_split=self.k_split)
 
     def kernel_problem(self, m: int, n: int) -> tuple[int, int]:
         """(rows, columns) of the product the kernel computes: C's, or Cᵀ's when swapped."""
@@ -106,8 +102,7 @@ class GemmConfig:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
                 + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else "")
-                + (f"/ks{self.k_split}" if self.k_split > 1 else "")
-                + (f"/c{self.cluster}" if self.cluster > 1 else ""))
+                + (f"/ks{self.k_split}" if self.k_split > 1 else ""))
 
 
 def tiles_of(m: int, n: int, tile_m: int, tile_n: int) -> int:
@@ -145,6 +140,12 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     return max(compute_s, memory_s + TAIL_UNITS * (epilogue_s + reduce_s))
 
 
+def k_split_of(tile_n: int) -> int:
+    """Accumulators a k-block's wgmma alternate over: 4 for tiles narrower than 64 columns, 2 up to 128
+    (per warpgroup), else 1 (a wide product already outlasts the next one's issue)."""
+    return 4 if tile_n < 64 else 2 if tile_n <= 128 else 1
+
+
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
                shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES,
                allow_swap: bool = False) -> list[GemmConfig]:
@@ -162,14 +163,15 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
         for tile_m, tile_n in shapes:
             stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
             if stages >= 2:
-                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue)
+                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=k_split_of(tile_n))
                         for splits in split_counts(m, n, tile_m, tile_n)]
     out += [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
             for tile_m, tile_n in pingpong]
     if allow_swap and m <= SWAP_MAX_M:
         width = -(-m // NARROW_STEP) * NARROW_STEP
         tiles = tiles_of(n, m, 64, width)
-        out += [GemmConfig(64, width, max_stages(64, width, smem_limit, "direct"), splits, epilogue="direct", swap=True)
+        out += [GemmConfig(64, width, max_stages(64, width, smem_limit, "direct"), splits, epilogue="direct", swap=True,
+                           k_split=k_split_of(width))
                 for splits in split_counts(n, m, 64, width) if splits == 1 or tiles * splits <= sm_count]
     return out
 
@@ -192,8 +194,9 @@ def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: 
                   smem_limit: int) -> kernel.Config:
     """The kernel for GEMM-shaped kernels that communicate or group whole 128-row tiles (GEMM+RS,
     AG+GEMM, GEMM+AR, grouped GEMM): the model's choice among WHOLE_TILES, without split-K."""
-    return plan(m, n, k, out_dtype, sm_count=sm_count, smem_limit=smem_limit, allow_split=False,
-                shapes=WHOLE_TILES, pingpong=()).kernel_config(dtype, out_dtype, b_layout)
+    chosen = plan(m, n, k, out_dtype, sm_count=sm_count, smem_limit=smem_limit, allow_split=False,
+                  shapes=WHOLE_TILES, pingpong=())
+    return replace(chosen, k_split=1).kernel_config(dtype, out_dtype, b_layout)
 
 
 def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:

@@ -24,16 +24,6 @@ it and stores it out, so a stage is free again once its bulk store has read it (
 ``cp.async.bulk.wait_group.read pending``). A *bounce* pipeline (:meth:`Pipeline.bounce`) is the case
 of one barrier at a fixed address.
 
-A *cluster* pipeline (``cluster=c``: the stages are filled by multicast loads, each CTA of a cluster of
-c bringing a part into every CTA's stage, completing on the full barrier at the same offset in each):
-a stage may be refilled only once the consumers of every CTA are done with it, so each consumer
-release arrives on the empty barrier of every CTA of the cluster (``mapa`` then ``mbarrier.arrive
-.release.cta.shared::cluster.b64 _, [remote]``). The empty ring then expects c times the consumer
-arrivals. CTA scope is enough: what the arrival orders is the consumers' wgmma reads of the stage (async
-proxy, complete at ``wgmma.wait_group``) before the peer's TMA writes into it (async proxy, issued only
-after the peer's wait saw the phase complete), an order the barrier's phase itself carries; a generic
-release at cluster scope orders neither, and costs the consumers a cluster-wide fence every k-block.
-
 The position is kept one of two ways (the protocol is the same; the PTX differs):
 
 - counted (``uses``: stages used so far): stage ``uses mod S`` and phase ``(uses / S) & 1``, masks and
@@ -87,7 +77,6 @@ class Pipeline:
     stage: Reg | None = None
     phase: Reg | None = None
     bounce_count: bool = False       # counted bounce pipeline: phase = uses & 1, no stage arithmetic
-    cluster: int = 1                 # CTAs whose consumers release each stage (multicast-filled stages)
 
     @classmethod
     def bounce(cls, bar, *, uses: Reg | None = None, phase: Reg | None = None) -> "Pipeline":
@@ -181,20 +170,11 @@ class Pipeline:
 
     def release(self, b: Builder, slot: Slot, *, pred=None) -> None:
         """This thread is done with ``slot``'s stage: ``@pred mbarrier.arrive.shared::cta.b64 _, [empty +
-        8*stage];`` (the ring expects one arrival per releasing thread: ``pred`` picks them). A cluster
-        pipeline arrives on that barrier in every CTA of the cluster: per CTA r, ``mapa.shared::cluster.u32
-        remote, empty + 8*stage, r; @pred mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];``."""
+        8*stage];`` (the ring expects one arrival per releasing thread: ``pred`` picks them)."""
         if self.empty is None:
             raise locate(PTXBuildError("Pipeline.release: there is no empty ring; a stage is freed by the bulk "
                                        "store that read it (acquire waits for that)"))
-        bar = self.empty.bar(b, slot.stage)
-        if self.cluster == 1:
-            b.mbarrier_arrive(bar, pred=pred)
-            return
-        local = b.add(u32, bar.base, bar.offset, name="empty_bar") if bar.offset else bar.base
-        for cta in range(self.cluster):
-            b.mbarrier_arrive(b.mapa(u32, local, cta, name="peer_empty_bar"), sem="release", scope="cta",
-                              space="shared::cluster", pred=pred)
+        b.mbarrier_arrive(self.empty.bar(b, slot.stage), pred=pred)
 
     # ------------------------------------------------------------------------------------ both
     def skip(self, b: Builder, count) -> None:

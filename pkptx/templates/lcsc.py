@@ -8,12 +8,6 @@ compute workers and communicators, the warpgroup specialisation with register re
 task loops (``for task in range(offset, num_tasks, stride)``, as :mod:`.schedule` models; or, with a
 task counter, tasks drawn one at a time as blocks free up, see :meth:`Template.build`).
 
-With ``cluster=c`` the blocks run in clusters of c (``.reqnctapercluster``) that walk the compute tasks
-together (cluster ``%clusterid.x`` of ``%nclusterid.x``, each block doing its part of a task, e.g. one tile
-of a pair whose B operand the two share through multicast loads): the barriers are published to the
-cluster before any block uses them, and no block leaves while another of its cluster may still reach
-its shared memory (``barrier.cluster.arrive.release; barrier.cluster.wait.acquire`` at both ends).
-
 Blocks take their role from their launch ticket (:mod:`.progress`), so the grid may be larger than what
 is resident: communicators that wait on compute blocks take the last tickets (the default), and
 communicators that never wait take the first (``comm_first=True``, when compute blocks wait on them).
@@ -93,15 +87,6 @@ class Ctx:
         return self.b.params
 
 
-def cluster_sync(b: Builder) -> None:
-    """Every thread of the cluster meets here; what each wrote before is visible to all after.
-
-    PTX: ``barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;``
-    """
-    b.cluster_arrive(sem="release")
-    b.cluster_wait()
-
-
 @dataclass(frozen=True)
 class Template:
     name: str
@@ -119,7 +104,6 @@ class Template:
     comm_threads: int | None = None      # threads per block when there is no compute side
     comm_first: bool = False             # communicators take the first tickets (they never wait)
     progress: bool = True                # roles from launch tickets (off only where no block ever waits)
-    cluster: int = 1                     # blocks a cluster, walking the compute tasks together
 
     @property
     def dynamic_smem(self) -> int:
@@ -207,9 +191,6 @@ class Template:
             raise PTXBuildError(f"{self.name}: comm_joins needs launch tickets (communicators take the first ones)")
         if comm_joins and task_counter is None:
             raise PTXBuildError(f"{self.name}: comm_joins needs a task_counter (joined blocks draw tasks)")
-        if self.cluster > 1 and (self.progress or communicator is not None or task_counter is not None):
-            raise PTXBuildError(f"{self.name}: a cluster of {self.cluster} walks its tasks together: no launch "
-                                "tickets, communicators or drawn tasks")
         if compute_joins and (task_counter is None or comm_counter is None or comm_joins):
             raise PTXBuildError(f"{self.name}: compute_joins needs a task_counter and a comm_counter (every task is "
                                 "drawn), and not comm_joins")
@@ -222,16 +203,12 @@ class Template:
             task_buffers += (Buffer(TASK_SLOTS, 4 * TASK_STAGES, 4),)
         # .reqntid, not .maxntid: the roles assume every thread is there, so launchers refuse a smaller block
         k = Kernel(self.name, self.kernel_params(), req_threads=self.threads, min_blocks=1,
-                   target="sm_90a" if self.rebalance else None, dynamic_smem=self.dynamic_smem,
-                   cluster=(self.cluster, 1, 1) if self.cluster > 1 else None)
+                   target="sm_90a" if self.rebalance else None, dynamic_smem=self.dynamic_smem)
         b = k.builder()
         ctx = replace(self, rings=self.rings + task_rings, buffers=self.buffers + task_buffers)._context(k, b)
         if prologue:
             prologue(ctx)
-        if self.cluster > 1:         # the cluster is the worker
-            block, nblocks, ncomm = b.special("clusterid.x"), b.special("nclusterid.x"), ctx.p.num_comm_sms
-        else:
-            block, nblocks, ncomm = ctx.ticket, b.special("nctaid.x"), ctx.p.num_comm_sms
+        block, nblocks, ncomm = ctx.ticket, b.special("nctaid.x"), ctx.p.num_comm_sms
         workers = b.sub(u32, nblocks, ncomm, name="compute_workers")
         if self.comm_first:
             is_comm = b.setp("lt", u32, block, ncomm, name="is_comm")
@@ -273,8 +250,6 @@ class Template:
         b.bar_sync(0)
         if epilogue:
             epilogue(ctx)
-        if self.cluster > 1:
-            cluster_sync(b)          # the peers' last arrivals on this block's barriers have landed
         if self.progress and not ctx.closed:
             raise PTXBuildError(f"{self.name}: a kernel with tickets must end with progress.close_barrier (it "
                                 "leaves the launch counters for the next launch)")
@@ -311,10 +286,7 @@ class Template:
             leader = b.setp("eq", u32, tid, 0, name="ring_leader")
             for spec, ring in zip(self.rings, rings.values()):
                 ring.init(b, spec.arrivals, leader=leader)
-            if self.cluster > 1:
-                cluster_sync(b)      # the peers may signal these barriers from their first loads on
-            else:
-                b.bar_sync(0)
+            b.bar_sync(0)
         return Ctx(b, k, rank, world, deadline, layouts, tmaps, smem, rings, tid, ticket, launch_base, rounds_base,
                    epoch)
 

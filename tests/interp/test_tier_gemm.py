@@ -102,29 +102,6 @@ def test_gemm_pingpong(m, k, stages, epilogue, tile_m):
     assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
 
 
-@pytest.mark.parametrize("tile_m, tile_n, layout, epilogue, m, n, k, grid", [
-    (64, 64, "nk", "tma", 187, 128, 192, 2), (64, 128, "kn", "tma", 128, 200, 128, 4),
-    (128, 64, "nk", "direct", 200, 64, 64, 2), (64, 64, "nk", "direct", 64, 96, 128, 4)])
-def test_gemm_cluster_pairs(tile_m, tile_n, layout, epilogue, m, n, k, grid):
-    """Clusters of two blocks on adjacent tile rows, each loading half of B multicast into both blocks'
-    stages (cluster_m=2): an odd tile-row count (the last pair's second tile below C, stored nowhere),
-    one cluster walking several tasks and more k-blocks than stages, two clusters, N cutting the last
-    tile short, both B layouts and both epilogues; C NaN-poisoned first."""
-    cfg = gemm.Config(tile_m=tile_m, tile_n=tile_n, stages=2, b_layout=layout, epilogue=epilogue, cluster_m=2)
-    ranks = Ranks(1, seed=9)
-    (a,), (b,) = _operands(19, 1, m, n, k, layout)
-    mach = ranks.world.machine
-    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 2, name="c")
-    c_dev.write(np.full(m * n, 0x7FC0, np.uint16))
-    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
-    out = (dict(tmap_c=ranks.tensor_map(c_dev.base, DTYPES["bf16"], (m, n), cfg.c_box)) if epilogue == "tma"
-           else dict(c=c_dev.base, m=m, n=n))
-    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=grid, smem=cfg.smem_bytes,
-                 num_comm_sms=0, **values, **out)
-    ranks.run()
-    assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, layout), "bf16", 1, "C")
-
-
 @pytest.mark.parametrize("m, n, tile_n, splits, out_dtype, k_split", [
     (20, 136, 32, 1, "bf16", 1), (16, 64, 16, 2, "f32", 4), (40, 72, 48, 3, "bf16", 2)])
 def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype, k_split):

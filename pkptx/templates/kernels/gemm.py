@@ -16,15 +16,6 @@ other's K loop has the tensor cores.
 (summed once the K loop is done): a narrow tile's m64nNk16 products are short, and one chain of them
 waits on each one's latency.
 
-``cluster_m=2`` runs the blocks in clusters of two that take vertically adjacent tiles (one tile row
-apart, the same columns) together: each block TMA-loads its own A rows and half of the shared B tile,
-multicast into both blocks' stages, so each SM pulls a quarter less per k-block from L2 at 128 x 256 (A
-16 KB + half of B 16 KB, not 48 KB). A stage is free once both blocks' consumers have released it
-(:class:`Pipeline` ``cluster``). With an odd tile-row count the last pair's second tile lies below C:
-its block still loads its half of B (A's rows come zero-filled) and stores nothing. After a timeout
-(the host's error says the results are void) a block may leave while its peer's loads still land in its
-shared memory: the context is best recreated.
-
 ``split_k=True`` builds the deterministic split-K form (:mod:`..split_k`): work units are (tile, K slice)
 pairs, ``splits`` (a parameter) slices per tile, partials in an f32 workspace, and the last slice to
 arrive sums them in slice order and stores C.
@@ -66,7 +57,6 @@ class Config:
                                  # B·Aᵀ of a problem with a small M (pkptx.ops.gemm_plan's swap), M as N
     k_split: int = 1             # accumulators a chain's 16-deep k-steps alternate over (1, 2 or 4): a narrow
                                  # tile's wgmma then do not each wait for the one before; summed after the K loop
-    cluster_m: int = 1           # 2: clusters of two blocks on adjacent tile rows share B through multicast loads
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -86,15 +76,6 @@ class Config:
             raise PTXBuildError(f"gemm Config.k_split must be 1, 2 or 4, got {self.k_split}")
         if self.pingpong and self.split_k:
             raise PTXBuildError(f"gemm Config: pingpong takes no split-K, got {self}")
-        if self.cluster_m not in (1, 2):
-            raise PTXBuildError(f"gemm Config.cluster_m must be 1 or 2, got {self.cluster_m}")
-        if self.cluster_m > 1 and (self.pingpong or self.split_k):
-            raise PTXBuildError(f"gemm Config: cluster_m=2 walks whole tiles in pairs (no pingpong, no split-K), "
-                                f"got {self}")
-        if self.cluster_m > 1 and self.b_layout == "kn" and self.tile_n % (self.cluster_m * BOX_COLS):
-            # (K-major B splits into halves of whole 8-row swizzle groups: tile_n is a multiple of 16)
-            raise PTXBuildError(f"gemm Config: cluster_m={self.cluster_m} loads an N-major B in {self.cluster_m} "
-                                f"parts of whole 64-column boxes: tile_n {self.tile_n} does not divide so, got {self}")
         if self.acc_regs > 192:
             raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192 (a ping-pong "
                                 f"warpgroup holds the whole tile, k_split multiplies them), got {self}")
@@ -146,9 +127,8 @@ class Config:
 
     @property
     def b_box(self) -> tuple[int, int]:
-        """The B tensor map's box (rows, columns) in B's own row-major layout (a block's part of the tile's
-        columns when the cluster shares B)."""
-        return (self.tile_n // self.cluster_m, TILE_K) if self.b_layout == "nk" else (TILE_K, BOX_COLS)
+        """The B tensor map's box (rows, columns) in B's own row-major layout."""
+        return (self.tile_n, TILE_K) if self.b_layout == "nk" else (TILE_K, BOX_COLS)
 
     @property
     def c_box(self) -> tuple[int, int]:
@@ -173,9 +153,8 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
         + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
-        rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, cfg.stage_readers * cfg.cluster_m)),
-        consumers=cfg.consumers, progress=progress, comm_first=comm_first, rebalance=cfg.rebalance,
-        cluster=cfg.cluster_m)
+        rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, cfg.stage_readers)),
+        consumers=cfg.consumers, progress=progress, comm_first=comm_first, rebalance=cfg.rebalance)
 
 
 @dataclass
@@ -190,15 +169,12 @@ class KLoop:
     k_blocks: Reg | None = None
     tiles_m: Reg | None = None
     turn: Reg | None = None          # ping-pong: the tiles the warpgroup has seen (whose turn: the parity)
-    cta: Reg | None = None           # cluster_m > 1: this block's rank in its cluster (its row of the task's tiles)
-    task_rows: Reg | None = None     # cluster_m > 1: rows of tasks, each cluster_m tile rows
 
 
 def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
     """The loader lane's work for k-block ``kb``: wait for a free stage, announce its bytes, TMA-load A's
     rows from ``row`` and B's from ``col`` (``b_extra``: B's further coordinates, e.g. the expert of a
-    grouped GEMM), then advance the ring. In a cluster (``cluster_m``) the block loads its part of B's
-    columns, multicast to the same place of every block's stage; its stage still receives all of B."""
+    grouped GEMM), then advance the ring."""
     b, pipe = ctx.b, loop.pipe
     stage = pipe.acquire(b, deadline=ctx.deadline).stage
     full = pipe.commit(b, cfg.a_bytes + cfg.b_bytes, stage=stage)
@@ -206,18 +182,12 @@ def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b
     a_dst = b.mad(u32, stage, cfg.a_bytes, ctx.smem["smem_a"], mode="lo", name="a_dst")
     b_dst = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_dst")
     b.tensor_load(address(a_dst), tmap_a, (k0, row), full)
-    mask = None
-    if cfg.cluster_m > 1:
-        part = cfg.tile_n // cfg.cluster_m
-        col = b.mad(u32, loop.cta, part, col, mode="lo", name="b_part_col")
-        b_dst = b.mad(u32, loop.cta, cfg.b_bytes // cfg.cluster_m, b_dst, mode="lo", name="b_part_dst")
-        mask = (1 << cfg.cluster_m) - 1
     if cfg.b_layout == "nk":
-        b.tensor_load(address(b_dst), tmap_b, (k0, col, *b_extra), full, multicast_mask=mask)
+        b.tensor_load(address(b_dst), tmap_b, (k0, col, *b_extra), full)
     else:       # 64-column boxes of 64 K-rows, side by side
-        for box in range(cfg.tile_n // cfg.cluster_m // BOX_COLS):
+        for box in range(cfg.tile_n // BOX_COLS):
             b.tensor_load(address(b_dst, box * TILE_K * 128), tmap_b,
-                          (b.add(u32, col, box * BOX_COLS), k0, *b_extra), full, multicast_mask=mask)
+                          (b.add(u32, col, box * BOX_COLS), k0, *b_extra), full)
     pipe.advance(b)
 
 
@@ -229,18 +199,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     slice) unit and ``store`` runs only on the warpgroup that finishes the slab. ``loop``: where the
     prologue puts its registers, for a kernel that reads them too."""
     loop = loop or KLoop()
-    clustered = cfg.cluster_m > 1
-    if clustered and (tile is not None or before_a is not None):
-        raise PTXBuildError(f"gemm roles: cluster_m={cfg.cluster_m} takes its tiles in pairs of rows; a kernel with "
-                            "its own tile order (a fused or grouped GEMM) cannot use it")
-
-    def cluster_tile(ctx, task):
-        """A cluster's task is cluster_m vertically adjacent tiles (tasks in the grouped order over rows of
-        them); the block takes the tile of its rank."""
-        rows, tn = tile_of(ctx, task, max(1, cfg.group_m // cfg.cluster_m), tiles_m=loop.task_rows)
-        return ctx.b.mad(u32, rows, cfg.cluster_m, loop.cta, mode="lo", name="tile_m"), tn
-
-    tile = tile or (cluster_tile if clustered else lambda ctx, task: tile_of(ctx, task, cfg.group_m))
+    tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
 
     def unit(ctx, task):
         """(tile row, tile column, first k-block, end k-block, tile index, K slice) of a task."""
@@ -256,12 +215,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         first_thread = b.setp("eq", u32, ctx.tid, 0, name="first_thread")
         for operand in ("tmap_a", "tmap_b"):        # the first loads need not fetch the descriptors
             b.prefetch(tensor_map_param(b, operand), level="tensormap", pred=first_thread)
-        loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"], cluster=cfg.cluster_m).stepped(b)
+        loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"]).stepped(b)
         loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
         loop.tiles_m = ctx.p.tiles_m
-        if clustered:
-            loop.cta = b.special("cluster_ctarank")
-            loop.task_rows = b.div(u32, b.add(u32, loop.tiles_m, cfg.cluster_m - 1), cfg.cluster_m, name="task_rows")
         if cfg.pingpong:
             loop.turn = b.mov(u32, 0, name="tiles_seen")
             Turns.start(b, cfg.consumers, ctx.tid)
@@ -327,10 +283,6 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             return
         acc, = multiply(ctx, wg, kb_first, kb_end)
         staging = staging_of(ctx, wg)
-        if clustered:               # the last task's lower tiles may lie below C
-            with b.if_then(b.setp("lt", u32, tm, loop.tiles_m, name="tile_in_c"), uniform=True):
-                store(ctx, acc, tm, tn, wg, staging)
-            return
         if not cfg.split_k:
             store(ctx, acc, tm, tn, wg, staging)
             return
@@ -364,7 +316,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         b.add(u32, loop.turn, 1, into=loop.turn)
 
     def num_tasks(ctx):
-        tiles = ctx.b.mul(u32, loop.task_rows if clustered else loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
+        tiles = ctx.b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
         return ctx.b.mul(u32, tiles, ctx.p.splits, mode="lo", name="units") if cfg.split_k else tiles
 
     return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
@@ -416,7 +368,7 @@ def name_of(cfg: Config) -> str:
     return (f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
             f"{'_sk' if cfg.split_k else ''}{'_d' if cfg.epilogue == 'direct' else ''}"
             f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}"
-            f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}{f'_c{cfg.cluster_m}' if cfg.cluster_m > 1 else ''}")
+            f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}")
 
 
 def output_of(cfg: Config) -> tuple:
@@ -427,11 +379,14 @@ def output_of(cfg: Config) -> tuple:
 
 
 def build(cfg: Config = Config()):
+    """The kernel. A block leaves once its TMA stores have read their staging (``wait_group.read``): no
+    block signals after its stores, and the grid's completion makes the writes visible to what follows it
+    on the stream, so waiting for the writes themselves would only lengthen every block's exit."""
     params, store = output_of(cfg)
     t = template(cfg, name_of(cfg), params=params, progress=False)   # no block waits on another
     if cfg.epilogue == "direct":
         return t.build(**roles(cfg, store=store))
-    return t.build(**roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0))
+    return t.build(**roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
 
 
 def reference(a: np.ndarray, b: np.ndarray, b_layout: str = "nk") -> np.ndarray:
@@ -452,4 +407,3 @@ def catalog():
     yield build(Config(tile_m=64, tile_n=16, stages=12, epilogue="direct", transpose_c=True, k_split=4))
     yield build(Config(tile_m=64, tile_n=128, stages=8, k_split=2))
     yield build(Config(tile_n=192, stages=4, pingpong=True))
-    yield build(Config(cluster_m=2))
