@@ -4,18 +4,15 @@ pkptx.gemm as planned, and variants of the same schedule (``--variants``, defaul
   asks for none);
 - ``store``: built with a store hook that stores nothing (wrong C, same K loop, same tile order), and
   with the tiles staged in shared memory but not stored (which half of the epilogue costs);
-- ``exit``: its blocks exit once their TMA stores have read shared memory (``cp.async.bulk.wait_group.read
-  0``) instead of waiting for the writes (nothing signals after them; the kernel's end makes the writes
-  visible to the next kernel): a store round trip off every block's exit, the tail of a small problem;
-- ``k_split``: a k-block's wgmma over 2 and 4 accumulators (``GemmConfig.k_split``, where the registers
-  allow): a narrow tile's chain of short products no longer waits on each one's latency;
+- ``k_split``: a k-block's wgmma over 1, 2 and 4 accumulators (``GemmConfig.k_split``, where the
+  registers allow), but the planned count (gemm_plan.k_split_of);
 - ``pair``: two blocks an SM (stages cut so two fit, twice the K slices, k_split 1 and the legal 2 and 4):
   a one-wave schedule of few tiles (small M, swapped) keeps twice the loads in flight per SM, and the
   slices of a tile use the SMs its single block leaves idle.
-The staging, ping-pong and stmatrix variants measured on 2026-12-06 (bench/RESULTS.md) are on branch
-gemm-epilogue-variants. Needs a GPU and torch.
+The staging, ping-pong and stmatrix variants measured on 2026-12-06 are in bench/RESULTS.md (their code, on a
+branch, did not survive). Needs a GPU and torch.
 
-    python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...] [--variants exit,k_split]
+    python probe/gemm_epilogue_probe.py [--repeats 9] [--shapes 8192x8192x1024,...] [--variants k_split,pair]
 """
 from __future__ import annotations
 
@@ -75,15 +72,7 @@ def build_staging_only(cfg):
     return t.build(**kernel.roles(cfg, store=stage))
 
 
-def build_read_wait(cfg):
-    """The planned kernel, its blocks exiting once their TMA stores have read shared memory."""
-    from pkptx.templates.kernels import gemm as kernel
-    params, store = kernel.output_of(cfg)
-    t = kernel.template(cfg, kernel.name_of(cfg) + "_readwait", params=params, progress=False)
-    return t.build(**kernel.roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
-
-
-VARIANTS = ("l2", "store", "exit", "k_split", "pair")
+VARIANTS = ("l2", "store", "k_split", "pair")
 
 
 def main(argv=None) -> int:
@@ -155,9 +144,7 @@ def main(argv=None) -> int:
         if cfg.splits == 1 and cfg.epilogue == "tma" and "store" in variants:
             timed("without store", build_without_store, planned=ours, stores=False)
             timed("staged, not stored", build_staging_only, planned=ours, stores=False)
-        if "exit" in variants:
-            timed("read-wait exit", build_read_wait, planned=ours)
-        for k_split in (2, 4) if "k_split" in variants else ():
+        for k_split in sorted({1, 2, 4} - {cfg.k_split}) if "k_split" in variants else ():
             try:
                 op.check_config(replace(cfg, k_split=k_split), m, n, k, "bf16", "bf16", "nk")
             except op.GemmArgumentError:       # too many accumulator registers
