@@ -21,12 +21,14 @@ fi
 if [[ ,$parts, == *,cluster,* ]]; then    # a lost arrival is a 15 s timeout error, not a hang
   tree=$(mktemp -d)
   tar --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$tree"
-  (cd "$tree" && { git apply probe/patches/gemm_cluster.patch || patch -p1 < probe/patches/gemm_cluster.patch; } \
-    && PKPTX_TIMEOUT_S=15 timeout 60 python3 probe/gemm_pair_check.py 2>&1 | tail -12 \
-    && PKPTX_TIMEOUT_S=15 timeout 150 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants cluster \
-       --shapes 4096x4096x4096,8192x8192x8192,2048x2048x16384,4096x14336x4096 > $OUT/gemm_cluster.txt 2>&1; \
-    grep "^|" $OUT/gemm_cluster.txt | cut -c1-120; tail -3 $OUT/gemm_cluster.txt; \
-    PKPTX_TIMEOUT_S=15 timeout 120 python3 -m pytest -q tests/templates/test_gemm_gpu.py 2>&1 | tail -4)
+  (cd "$tree" || exit 1
+   { git apply probe/patches/gemm_cluster.patch || patch -p1 < probe/patches/gemm_cluster.patch; } \
+     || { echo "gemm_cluster.patch does not apply"; exit 1; }
+   PKPTX_TIMEOUT_S=15 timeout 60 python3 probe/gemm_pair_check.py 2>&1 | tail -12
+   PKPTX_TIMEOUT_S=15 timeout 150 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants cluster \
+     --shapes 4096x4096x4096,8192x8192x8192,2048x2048x16384,4096x14336x4096 > $OUT/gemm_cluster.txt 2>&1
+   grep "^|" $OUT/gemm_cluster.txt | cut -c1-120; tail -3 $OUT/gemm_cluster.txt
+   PKPTX_TIMEOUT_S=15 timeout 120 python3 -m pytest -q tests/templates/test_gemm_gpu.py 2>&1 | tail -4)
 fi
 if [[ ,$parts, == *,bench,* ]]; then
   PKPTX_COMMIT="${PKPTX_COMMIT:-?}" timeout 270 python3 tools/gpu_check.py --steps "gemm,bench_gemm,bench_fused -n 1" \
