@@ -29,7 +29,8 @@ stages are smaller, so more fit (up to NARROW_MAX_STAGES), and only 64-row tiles
 A k-block's wgmma run over 2 or 4 accumulators (``k_split``, :func:`k_split_of`) where the tile is
 narrow: a chain of short m64nNk16 products then does not wait on each one's latency (H100, bench/RESULTS.md
 2026-12-07: 512³ 0.909 -> 0.935 of cuBLAS, 1024³ 0.909 -> 0.929, 16x8192x8192 0.995 -> 1.001, the rest within
-1 %). The fused and grouped kernels keep one (their epilogues read a single accumulator set).
+1 %). The fused and grouped kernels keep one (:func:`choose_config`): not measured there, and their
+128-row tiles are where the H100 run saw the split lose up to 0.6 %.
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
@@ -193,7 +194,8 @@ WHOLE_TILES = ((128, 256), (128, 128))     # what the fused and grouped kernels 
 def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: str = "nk", *, sm_count: int,
                   smem_limit: int) -> kernel.Config:
     """The kernel for GEMM-shaped kernels that communicate or group whole 128-row tiles (GEMM+RS,
-    AG+GEMM, GEMM+AR, grouped GEMM): the model's choice among WHOLE_TILES, without split-K."""
+    AG+GEMM, GEMM+AR, grouped GEMM): the model's choice among WHOLE_TILES, without split-K, one
+    accumulator set a k-block (see the module docstring)."""
     chosen = plan(m, n, k, out_dtype, sm_count=sm_count, smem_limit=smem_limit, allow_split=False,
                   shapes=WHOLE_TILES, pingpong=())
     return replace(chosen, k_split=1).kernel_config(dtype, out_dtype, b_layout)
