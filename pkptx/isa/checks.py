@@ -157,6 +157,13 @@ def check_cvt(mods, types, ops):
         return "'.rna' is only legal for cvt.rna.tf32.f32"
     if "bf16" in (dst, src) and {dst, src} & {"u8", "s8"}:
         return f"cvt between .bf16 and 8-bit integers is not defined (.{src} -> .{dst}); go through .s16/.u16"
+    if "bf16" in (dst, src) and (dst if src == "bf16" else src)[0] in "us":
+        # ptxas (sm_90) refuses a wider integer register here, which it accepts beside .f16 and .f32
+        side, ty = ("d", dst) if src == "bf16" else ("a", src)
+        reg = ops.get(side)
+        if isinstance(reg, Reg) and reg.type.bits != int(ty[1:]):
+            return (f"cvt between .bf16 and .{ty} needs a register of exactly {ty[1:]} bits for the .{ty} side "
+                    f"({reg.render()} is .{reg.type.name})")
     if dst_f and src_f:
         if {dst, src} == {"f16", "bf16"} or (src == "bf16" and dst in FLOATS):
             # same width or from bf16: rounding optional (ptxas accepts it)

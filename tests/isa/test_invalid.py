@@ -405,6 +405,18 @@ def test_cvt_bf16_from_a_byte(sb):
         sb.b.cvt(bf16, u8, sb.r(u16), rnd="rn")
 
 
+def test_cvt_bf16_with_an_integer_wider_than_its_type(sb):
+    """ptxas takes a wider integer register beside .f16 and .f32, not beside .bf16 (found by
+    test_spec_programs, seed 92842174: cvt.rpi.u16.bf16 into a .u32 register)."""
+    with build_error("cvt between .bf16 and .u16 needs a register of exactly 16 bits", ".u32"):
+        sb.b.cvt(u16, bf16, sb.r(bf16), rnd="rpi", into=sb.b.reg(u32))
+    with build_error("cvt between .bf16 and .u16 needs a register of exactly 16 bits", ".u32"):
+        sb.b.cvt(bf16, u16, sb.r(u32), rnd="rn")
+    sb.b.cvt(u16, bf16, sb.r(bf16), rnd="rpi", into=sb.b.reg(u16))
+    sb.b.cvt(u16, f16, sb.r(f16), rnd="rpi", into=sb.b.reg(u32))      # beside .f16 the wider one is legal
+    assert_assembles(sb.finish())
+
+
 def test_cvt_sat_that_cannot_overflow(sb):
     with build_error("'.sat' is meaningless for .u16 -> .u32"):
         sb.b.cvt(u32, u16, sb.r(u16), sat=True)
