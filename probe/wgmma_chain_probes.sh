@@ -1,10 +1,11 @@
 #!/bin/bash
 # The GEMM measurements still open, in one short device call; logs under $OUT (parts in this order):
 # 1. probes: the small-GEMM probe (k_split 2 / 4 against the planned rule, two blocks an SM:
-#    gemm_epilogue_probe.py) and the attention probe of P·V in flight at 1k keys;
+#    gemm_epilogue_probe.py);
 # 2. cluster: probe/patches/gemm_cluster.patch (the GEMM in block pairs sharing B, GemmConfig.cluster=2)
 #    applied to a copy of this tree: where it leaves C unwritten beside single blocks (gemm_pair_check.py),
-#    the probe's cluster variant on four large shapes, then its GEMM tests;
+#    the probe's cluster variant on four large shapes (also on smaller grids: are all pairs resident?),
+#    then its GEMM tests;
 # 3. bench: this tree's GEMM tests, bench_gemm and bench_fused at 1 rank (#16's sweep, on an H200).
 # `cluster,bench` fits one call of about 5 min.
 #   PKPTX_COMMIT=<commit> bash probe/wgmma_chain_probes.sh [probes,cluster,bench]
@@ -15,8 +16,6 @@ if [[ ,$parts, == *,probes,* ]]; then
   timeout 100 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants k_split,pair \
     --shapes 512x512x512,1024x1024x1024,16x8192x8192,128x8192x8192 > $OUT/gemm_small.txt 2>&1
   grep "^|" $OUT/gemm_small.txt | cut -c1-120
-  PROBE_SET=inflight PROBE_SHAPES=32x16x1024x64 PROBE_DUMP_S=55 timeout 58 python3 probe/attention_configs.py \
-    > $OUT/attn_inflight.txt 2>&1; grep -v "^\s*$" $OUT/attn_inflight.txt | tail -16 | cut -c1-160
 fi
 if [[ ,$parts, == *,cluster,* ]]; then    # a lost arrival is a 15 s timeout error, not a hang
   tree=$(mktemp -d)
@@ -25,7 +24,7 @@ if [[ ,$parts, == *,cluster,* ]]; then    # a lost arrival is a 15 s timeout err
    { git apply probe/patches/gemm_cluster.patch || patch -p1 < probe/patches/gemm_cluster.patch; } \
      || { echo "gemm_cluster.patch does not apply"; exit 1; }
    PKPTX_TIMEOUT_S=15 timeout 60 python3 probe/gemm_pair_check.py 2>&1 | tail -12
-   PKPTX_TIMEOUT_S=15 timeout 150 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants cluster \
+   PKPTX_TIMEOUT_S=15 timeout 200 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants cluster \
      --shapes 4096x4096x4096,8192x8192x8192,2048x2048x16384,4096x14336x4096 > $OUT/gemm_cluster.txt 2>&1
    grep "^|" $OUT/gemm_cluster.txt | cut -c1-120; tail -3 $OUT/gemm_cluster.txt
    PKPTX_TIMEOUT_S=15 timeout 120 python3 -m pytest -q tests/templates/test_gemm_gpu.py 2>&1 | tail -4)
