@@ -8,7 +8,10 @@ pkptx.gemm as planned, and variants of the same schedule (``--variants``, defaul
   registers allow), but the planned count (gemm_plan.k_split_of);
 - ``pair``: two blocks an SM (stages cut so two fit, twice the K slices, k_split 1 and the legal 2 and 4):
   a one-wave schedule of few tiles (small M, swapped) keeps twice the loads in flight per SM, and the
-  slices of a tile use the SMs its single block leaves idle.
+  slices of a tile use the SMs its single block leaves idle;
+- ``stages``: the planned schedule on fewer and on more stages than planned, up to what shared memory holds
+  (the planner caps them at 8, 12 for a swapped tile): does keeping more of B in flight pay where the
+  bandwidth is higher (H200)?
 The staging, ping-pong and stmatrix variants measured on 2026-12-06 are in bench/RESULTS.md (their code, on a
 branch, did not survive). Needs a GPU and torch.
 
@@ -72,7 +75,7 @@ def build_staging_only(cfg):
     return t.build(**kernel.roles(cfg, store=stage))
 
 
-VARIANTS = ("l2", "store", "k_split", "pair")
+VARIANTS = ("l2", "store", "k_split", "pair", "stages")
 
 
 def main(argv=None) -> int:
@@ -150,6 +153,12 @@ def main(argv=None) -> int:
             except op.GemmArgumentError:       # too many accumulator registers
                 continue
             timed(f"k_split {k_split}", planned=ours, schedule=replace(cfg, k_split=k_split))
+        for stages in (cfg.stages - 2, cfg.stages + 4, cfg.stages + 8, cfg.stages + 12) if "stages" in variants else ():
+            try:
+                op.check_config(replace(cfg, stages=stages), m, n, k, "bf16", "bf16", "nk")
+            except op.GemmArgumentError:       # more than shared memory holds
+                continue
+            timed(f"stages {stages}", planned=ours, schedule=replace(cfg, stages=stages))
         for k_split in (1, 2, 4) if "pair" in variants else ():
             paired = replace(cfg, splits=2 * cfg.splits, k_split=k_split)
             try:

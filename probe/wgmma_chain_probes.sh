@@ -1,6 +1,6 @@
 #!/bin/bash
 # The GEMM measurements still open, in one short device call; logs under $OUT (parts in this order):
-# 1. probes: the small-GEMM probe (k_split 2 / 4 against the planned rule, two blocks an SM:
+# 1. probes: the small-M and K-heavy GEMMs (k_split 1 / 2 / 4, stage counts past the planner's cap:
 #    gemm_epilogue_probe.py);
 # 2. cluster: probe/patches/gemm_cluster.patch (the GEMM in block pairs sharing B, GemmConfig.cluster=2)
 #    applied to a copy of this tree: where it leaves C unwritten beside single blocks (gemm_pair_check.py),
@@ -13,8 +13,9 @@ export PKPTX_DISABLE_MULTICAST=1
 parts=${1:-probes,cluster,bench}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 if [[ ,$parts, == *,probes,* ]]; then
-  timeout 100 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants k_split,pair \
-    --shapes 512x512x512,1024x1024x1024,16x8192x8192,128x8192x8192 > $OUT/gemm_small.txt 2>&1
+  timeout 150 python3 probe/gemm_epilogue_probe.py --repeats 20 --variants k_split,stages \
+    --shapes 16x8192x8192,128x8192x8192,1024x1024x32768,512x4096x32768,64x4096x16384,1024x1024x1024 \
+    > $OUT/gemm_small.txt 2>&1
   grep "^|" $OUT/gemm_small.txt | cut -c1-120
 fi
 if [[ ,$parts, == *,cluster,* ]]; then    # a lost arrival is a 15 s timeout error, not a hang
