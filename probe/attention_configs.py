@@ -3,6 +3,7 @@ prints TFLOP/s and cuDNN (and flash) time / pkptx time per (shape, causal, confi
 first."""
 import faulthandler
 import os
+from dataclasses import replace
 import sys
 
 faulthandler.dump_traceback_later(float(os.environ.get("PROBE_DUMP_S", "100")), exit=True)
@@ -17,7 +18,7 @@ from pkptx.launch import Stream  # noqa: E402
 from pkptx.ops.attention import attention  # noqa: E402
 from pkptx.launch import Device  # noqa: E402
 from pkptx.ops.common import load  # noqa: E402
-from pkptx.templates.kernels.attention import Config, build  # noqa: E402
+from pkptx.templates.kernels.attention import Config, build, default_config  # noqa: E402
 
 SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (1, 32, 4096, 128),
           (4, 16, 8192, 128), (1, 32, 16384, 128)]
@@ -66,6 +67,10 @@ if os.environ.get("PROBE_SET") == "inflight":   # P·V left in flight until the 
                   128: [Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True),
                         Config(head_dim=128, consumers=3, rebalance=True, o_in_q=True, drawn=True, pv_in_flight=True)]}
     SHAPES = [(32, 16, 1024, 64), (8, 16, 4096, 64), (32, 16, 1024, 128), (4, 16, 8192, 128)]
+if os.environ.get("PROBE_SET") == "sum":     # D=64: row sums of P from P·V (a box of ones) instead of add trees
+    CANDIDATES = {64: [replace(default_config("bf16", 64, drawn=True, flat=flat), sum_in_pv=on)
+                       for flat in (True, False) for on in (False, True)]}
+    SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

@@ -22,14 +22,19 @@ def desc_high(*, stride_bytes: int, swizzle: int) -> int:
     return (stride_bytes >> 4) | (SWIZZLE_MODE[swizzle] << 30)
 
 
-def smem_desc(b: Builder, smem_addr: Reg, *, stride_bytes: int = 1024, leading_bytes: int = 0,
+def smem_desc(b: Builder, smem_addr: Reg, *, stride_bytes: int = 1024, leading_bytes: int | Reg = 0,
               swizzle: int = 128, name: str = "desc") -> Reg:
     """A descriptor for the tile at shared address ``smem_addr`` (.u32, 1024-aligned for 128B swizzle).
+    ``leading_bytes`` may be a register (.u32, a multiple of 16 below 256 KB): an offset known only at
+    run time, e.g. to a tile elsewhere in shared memory that serves as the operand's next 64 columns.
 
-    PTX: ``shr.b32 lo, addr, 4; or.b32 lo, lo, <lbo<<16>; mov.b64 desc, {lo, <hi>};``
+    PTX: ``shr.b32 lo, addr, 4; or.b32 lo, lo, <lbo<<16>; mov.b64 desc, {lo, <hi>};`` (a register
+    offset: ``shr.b32 t, lbo, 4; shl.b32 t, t, 16; or.b32 lo, lo, t;``)
     """
     lo = b.shr(b32, smem_addr, 4, name=f"{name}_lo")
-    if leading_bytes:
+    if isinstance(leading_bytes, Reg):
+        lo = b.or_(b32, lo, b.shl(b32, b.shr(b32, leading_bytes, 4), 16), name=f"{name}_lo")
+    elif leading_bytes:
         lo = b.or_(b32, lo, (leading_bytes >> 4) << 16)
     hi = b.mov(b32, desc_high(stride_bytes=stride_bytes, swizzle=swizzle), name=f"{name}_hi")
     return b.mov(b64, Vec((lo, hi)), name=name)

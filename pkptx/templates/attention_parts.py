@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import PTXBuildError
 from ..isa import Builder, Reg, Vec, f32, s32, u32
+from ..isa.instruction import locate
 from ..primitives.wgmma import advance, fragment_coords, smem_desc
 
 ROWS = 64                 # query rows per consumer warpgroup (one m64 wgmma)
@@ -30,6 +32,7 @@ BOX_ROWS = 64             # TMA box rows
 BOX_COLS = 64             # TMA box columns: 64 16-bit values = one 128-byte swizzle span
 BOX_BYTES = BOX_ROWS * BOX_COLS * 2
 K_STEP = 16
+SUM_COLS = 8              # O's extra columns that sum P when V gets a box of ones beside it (one n8 step)
 NEG_INF = float("-inf")
 LN2 = 0.6931471805599453
 
@@ -99,7 +102,7 @@ def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_s
                    threshold: float = 0.0) -> Correction:
     """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
     ``row_max`` (in scaled log2 units) and the lane's partial ``row_sum`` are updated (the sum is
-    completed across the quad only at the end). A row with no unmasked key so far keeps m = -inf and
+    completed across the quad only at the end; ``row_sum=None``: P·V sums P, see :func:`pv_block`). A row with no unmasked key so far keeps m = -inf and
     uses 0 in its place, so its P and correction are 0, not NaN. O is left alone (a P·V product may
     still be accumulating into it): the caller applies the returned :class:`Correction` with :func:`rescale`.
 
@@ -137,8 +140,9 @@ def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_s
         neg_base = b.neg(f32, base, name="neg_max")
         for s in scores:
             b.ex2(f32, b.fma(f32, s, scale_log2, neg_base, rnd="rn"), ftz=True, into=s)
-        total = tree(b, "add", scores, name="blk_sum")
-        b.fma(f32, row_sum[half], factor, total, rnd="rn", into=row_sum[half])
+        if row_sum is not None:
+            total = tree(b, "add", scores, name="blk_sum")
+            b.fma(f32, row_sum[half], factor, total, rnd="rn", into=row_sum[half])
         b.mov(f32, new_max, into=row_max[half])
         factors.append(factor)
     return Correction(factors, needed)
@@ -180,19 +184,30 @@ def p_operand(b: Builder, s_acc, n: int, dtype: str, *, into: list | None = None
     return into
 
 
-def pv_block(b: Builder, o_acc, p_regs: list, v_tile: Reg, *, n: int, d: int, dtype: str) -> None:
+def pv_block(b: Builder, o_acc, p_regs: list, v_tile: Reg, *, n: int, d: int, dtype: str,
+             ones: Reg | None = None) -> None:
     """O += P·V for one block of ``n`` keys: V's stage tile at ``v_tile`` (see the module docstring).
+
+    ``ones`` (d = 64 only): the shared address of a 64-row box of 16-bit ones. Each descriptor's leading
+    offset then reaches from its V box to that box, which serves as V's next 64 columns: the product is
+    m64n<d+8>, and O's last SUM_COLS columns accumulate the row sums of P (as rounded for the product),
+    rescaled with O, instead of an add tree per block in the softmax.
 
     PTX: ``wgmma.fence; n/16 x wgmma.mma_async.sync.aligned.m64n<d>k16.f32.<t>.<t> {o}, {p_t},
     descV + 2048*(t%4), 1, 1, 1, 1; wgmma.commit_group;`` (the caller waits).
     """
+    if ones is not None and d != BOX_COLS:
+        raise locate(PTXBuildError(f"pv_block: the ones box stands for V's second 64 columns, so d must be "
+                                   f"{BOX_COLS}, got {d}"))
     b.wgmma_fence()
     for kk in range(n // BOX_ROWS):
         tile = b.add(u32, v_tile, v_box_offset(0, kk, d), name="v_sub") if kk else v_tile
-        desc = smem_desc(b, tile, leading_bytes=v_box_offset(1, 0, d) - v_box_offset(0, 0, d), name="v_desc")
+        leading = (v_box_offset(1, 0, d) - v_box_offset(0, 0, d) if ones is None
+                   else b.sub(u32, ones, tile, name="to_ones"))
+        desc = smem_desc(b, tile, leading_bytes=leading, name="v_desc")
         for step in range(BOX_ROWS // K_STEP):
             b.wgmma(o_acc, p_regs[kk * (BOX_ROWS // K_STEP) + step], advance(b, desc, step * K_STEP * 128),
-                    n=d, dtype=f32, atype=dtype, scale_d=1, trans_b=1)
+                    n=d + (SUM_COLS if ones is not None else 0), dtype=f32, atype=dtype, scale_d=1, trans_b=1)
     b.wgmma_commit_group()
 
 

@@ -42,11 +42,11 @@ from ...isa import Param, Reg, Vec, address, b8, b32, f32, s32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
 from ...primitives.wgmma import warp_quad
-from ..attention_parts import (BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, half_regs, k_box_offset,
-                               mask_columns, online_softmax, p_operand, pv_block, q_box_offset, quad_reduce, rescale,
-                               v_box_offset)
+from ..attention_parts import (BOX_BYTES, BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_INF, ROWS, SUM_COLS, half_regs,
+                               k_box_offset, mask_columns, online_softmax, p_operand, pv_block, q_box_offset,
+                               quad_reduce, rescale, v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators
-from ..lcsc import Buffer, Ring, Template
+from ..lcsc import WARPGROUP, Buffer, Ring, Template
 from ..progress import release_task_counter
 from ..turns import Turns
 
@@ -70,6 +70,7 @@ class Config:
     drawn: bool = False          # tasks drawn from a counter as blocks free up (the op's choice), else a fixed stride
     flat: bool = False           # tasks are runs of 64-row slices that may span two heads (:class:`FlatPlan`)
     pv_in_flight: bool = False   # the plain loop: block j's P·V in flight until block j+1's Q·Kᵀ is waited for
+    sum_in_pv: bool = False      # D=64: P·V sums P too (V's next 64 columns are a box of ones), no add tree
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -88,6 +89,9 @@ class Config:
         if self.flat and (self.overlap or self.pingpong):
             raise PTXBuildError(f"attention Config: flat tasks take the plain loop (no overlap, no pingpong), "
                                 f"got {self}")
+        if self.sum_in_pv and self.head_dim != BOX_COLS:
+            raise PTXBuildError(f"attention Config: sum_in_pv puts a box of ones where V's second 64 columns would "
+                                f"be, so head_dim must be {BOX_COLS}, got {self}")
         if self.rescale_threshold not in range(17):
             raise PTXBuildError(f"attention Config: rescale_threshold in [0, 16] (P stays below 2^threshold), "
                                 f"got {self}")
@@ -114,9 +118,15 @@ class Config:
         return ROWS * self.head_dim * 2
 
     @property
+    def o_cols(self) -> int:
+        """O's accumulator columns: the head dimension, and with ``sum_in_pv`` the columns that sum P."""
+        return self.head_dim + (SUM_COLS if self.sum_in_pv else 0)
+
+    @property
     def smem_bytes(self) -> int:
         return (self.q_stages * self.q_bytes + 2 * self.stages * self.kv_bytes
-                + (0 if self.o_in_q else self.consumers * self.staging_bytes) + 1024)
+                + (0 if self.o_in_q else self.consumers * self.staging_bytes)
+                + (BOX_BYTES if self.sum_in_pv else 0) + 1024)
 
     @property
     def name(self) -> str:
@@ -124,7 +134,8 @@ class Config:
                 f"_q{self.q_stages}" + ("_r" if self.rebalance else "") + ("_o" if self.overlap else "")
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
-                + ("_f" if self.flat else "") + ("_v" if self.pv_in_flight else "") + ("_d" if self.drawn else ""))
+                + ("_f" if self.flat else "") + ("_v" if self.pv_in_flight else "") + ("_l" if self.sum_in_pv else "")
+                + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -138,7 +149,8 @@ def template(cfg: Config) -> Template:
         cfg.name, params=PARAMS,
         dynamic_buffers=(Buffer("smem_q", cfg.q_stages * cfg.q_bytes, 1024), Buffer("smem_k", cfg.stages * cfg.kv_bytes, 1024),
                          Buffer("smem_v", cfg.stages * cfg.kv_bytes, 1024))
-        + (() if cfg.o_in_q else (Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024),)),
+        + (() if cfg.o_in_q else (Buffer("staging", cfg.consumers * cfg.staging_bytes, 1024),))
+        + ((Buffer("ones", BOX_BYTES, 1024),) if cfg.sum_in_pv else ()),    # last: V's boxes reach it forwards
         rings=(Ring("q_full", cfg.q_stages, 1), Ring("q_empty", cfg.q_stages, 4 * cfg.consumers), Ring("k_full", cfg.stages, 1),
                Ring("v_full", cfg.stages, 1), Ring("kv_empty", cfg.stages, 4 * cfg.consumers)),
         consumers=cfg.consumers, rebalance=cfg.rebalance, producer_regs=32 if cfg.consumers == 3 else 40,
@@ -397,6 +409,8 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         kv_uses, q_uses = ctx.b.mov(u32, 0, name="it"), ctx.b.mov(u32, 0, name="tq")
         if cfg.pingpong:
             Turns.start(ctx.b, cfg.consumers, ctx.tid)
+        if cfg.sum_in_pv:
+            fill_ones(ctx, cfg)
 
     def load_q(ctx, q_pipe, coords, tmap_q, before_q=None):
         """Q of the task's warpgroups (``coords(wg, column)``) into the next Q buffer once it is free."""
@@ -488,8 +502,8 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         q_buffer = b.mad(u32, q_slot.stage, cfg.q_bytes, ctx.smem["smem_q"], mode="lo", name="q_buffer")
         q_tile = b.mad(u32, wg, q_box_offset(1, 0, cfg.head_dim), q_buffer, mode="lo", name="q_tile")
         row_max = [b.mov(f32, NEG_INF, name="row_max") for _ in (0, 1)]
-        row_sum = [b.mov(f32, 0.0, name="row_sum") for _ in (0, 1)]
-        o_acc = b.regs(f32, cfg.head_dim // 2, name="o")
+        row_sum = None if cfg.sum_in_pv else [b.mov(f32, 0.0, name="row_sum") for _ in (0, 1)]
+        o_acc = b.regs(f32, cfg.o_cols // 2, name="o")
         for o in o_acc:
             b.mov(f32, 0.0, into=o)
         scale_log2 = ctx.p.scale_log2
@@ -529,7 +543,8 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
         def values(p_regs, v_tile):
             """Issue O += P·V (committed, not waited)."""
-            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype)
+            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype,
+                     ones=ctx.smem["ones"] if cfg.sum_in_pv else None)
 
         def release(slot):
             kv_pipe.release(b, slot, pred=lane0)
@@ -588,7 +603,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     b.wgmma_wait_group(0)
                     if in_flight:            # block j-1's P·V is done too: its stage is free
                         release_behind(b.setp("ne", u32, j, 0, name="pv_before"))
-                    rescale(b, o_acc, cfg.head_dim, softmax(j, s_acc))
+                    rescale(b, o_acc, cfg.o_cols, softmax(j, s_acc))
                     p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
                     slot, v_tile = v_ready()
                     with in_turn():
@@ -630,7 +645,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 with in_turn():
                     scores(s_acc, k_tile)
                 b.wgmma_wait_group(0)
-                rescale(b, o_acc, cfg.head_dim, softmax(0, s_acc))    # O holds the earlier runs' sums
+                rescale(b, o_acc, cfg.o_cols, softmax(0, s_acc))    # O holds the earlier runs' sums
                 p_operand(b, s_acc, cfg.block_k, cfg.dtype, into=p_regs)
                 for j in b.range(1, blocks, name="kv"):
                     s_next = b.regs(f32, cfg.block_k // 2, name="s")
@@ -643,7 +658,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     correction = softmax(j, s_next)
                     b.wgmma_wait_group(0)
                     release(slot)
-                    rescale(b, o_acc, cfg.head_dim, correction)
+                    rescale(b, o_acc, cfg.o_cols, correction)
                     p_operand(b, s_next, cfg.block_k, cfg.dtype, into=p_regs)
                 slot, v_tile = v_ready()
                 with in_turn():
@@ -666,9 +681,30 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
     return dict(num_tasks=plan.tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
+def fill_ones(ctx, cfg: Config) -> None:
+    """The ``ones`` box that P·V reads as V's next 64 columns (``sum_in_pv``): every thread stores its
+    16-byte pieces of 16-bit ones (the same in every column, so the swizzle does not matter); then the
+    generic stores are ordered before wgmma's async-proxy reads and the block meets.
+
+    PTX: ``st.shared.v4.b32 [ones + 16*piece], {one2, one2, one2, one2};`` per piece,
+    ``fence.proxy.async.shared::cta; bar.sync 0;``
+    """
+    b = ctx.b
+    one2 = b.mov(b32, 0x3F803F80 if cfg.dtype == "bf16" else 0x3C003C00, name="one_pair")
+    pieces, threads = BOX_BYTES // 16, WARPGROUP * (1 + cfg.consumers)
+    for first in range(0, pieces, threads):
+        piece = b.add(u32, ctx.tid, first, name="ones_piece")
+        inside = b.setp("lt", u32, piece, pieces, name="ones_inside") if first + threads > pieces else None
+        b.st(b32, address(b.mad(u32, piece, 16, ctx.smem["ones"], mode="lo", name="ones_at")), Vec((one2,) * 4),
+             space="shared", pred=inside)
+    b.fence_proxy_async("shared::cta")
+    b.bar_sync(0)
+
+
 def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row, t: Task, staging=None) -> None:
     """O / l through the warpgroup's staging buffer to a TMA store (rows past the tensor are clipped), and
     LSE = (m + log2 l)·ln 2 from the quad's first lane for rows below ``t.rows`` when ``lse`` is not null.
+    ``row_sum`` None (``sum_in_pv``): l is O's first column past the head dimension, whole in every lane.
     ``staging``: the warpgroup's Q tile instead (``o_in_q``); then the store has read it when this returns
     (``cp.async.bulk.wait_group.read 0`` by the storing thread, then the warpgroup's named barrier), so the
     caller may hand the tile to the loader."""
@@ -676,12 +712,13 @@ def finish(ctx, cfg: Config, o_acc, row_max, row_sum, rows, frag_col, wg, wg_row
     lse = ctx.p.lse if t.lse_ptr is None else t.lse_ptr
     want_lse = b.setp("ne", u64, lse, 0, name="want_lse")
     lane_first = b.setp("eq", u32, frag_col, 0, name="quad_first")
-    out = list(o_acc)
+    out = list(o_acc)[:cfg.head_dim // 2]       # (fragment registers of the first head_dim columns)
     for half in (0, 1):
-        total = quad_reduce(b, "add", row_sum[half], name="row_total")
+        total = (o_acc[cfg.head_dim // 2 + 2 * half] if row_sum is None        # a column of P·V's sums
+                 else quad_reduce(b, "add", row_sum[half], name="row_total"))
         empty = b.setp("eq", f32, total, 0.0, name="row_empty")
         inv = b.selp(f32, 0.0, b.rcp(f32, total, approx=True, ftz=True), empty, name="inv_sum")
-        for o in half_regs(o_acc, cfg.head_dim, half):
+        for o in half_regs(out, cfg.head_dim, half):
             b.mul(f32, o, inv, into=o)
         value = b.mul(f32, b.add(f32, row_max[half], b.lg2(f32, total, ftz=True)), LN2, name="lse")
         store = b.setp("lt", u32, rows[half], t.rows, combine="and", c=want_lse, name="store_lse")
