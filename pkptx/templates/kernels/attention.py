@@ -801,8 +801,9 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = 
     if head_dim == 128:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
     if flat:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, stages=4, drawn=drawn, flat=True)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, stages=4, drawn=drawn, flat=True,
+                      sum_in_pv=True)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn, sum_in_pv=drawn)
 
 
 def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
