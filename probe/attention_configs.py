@@ -71,6 +71,11 @@ if os.environ.get("PROBE_SET") == "sum":     # D=64: row sums of P from P·V (a 
     CANDIDATES = {64: [replace(default_config("bf16", 64, drawn=True, flat=flat), sum_in_pv=on)
                        for flat in (True, False) for on in (False, True)]}
     SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64)]
+if os.environ.get("PROBE_SET") == "half":    # blocks whose last 64 keys a warpgroup does not see, at 64 keys
+    CANDIDATES = {64: [replace(default_config("bf16", 64, drawn=True), half_blocks=on) for on in (False, True)],
+                  128: [replace(default_config("bf16", 128, drawn=True), half_blocks=on) for on in (False, True)]}
+    SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (32, 16, 1024, 128),
+              (8, 16, 4096, 128)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():

@@ -2,8 +2,8 @@
 # The measurements still open, in one short device call; logs under $OUT (parts in this order):
 # 1. probes: the small-M and K-heavy GEMMs (k_split 1 / 2 / 4, stage counts past the planner's cap:
 #    gemm_epilogue_probe.py);
-# 2. attention: the D=64 kernels with P's row sums from P·V (sum_in_pv) against the op's, same process
-#    (PROBE_SET=sum probe/attention_configs.py);
+# 2. attention: the op's kernels with and without half_blocks, same process (PROBE_SET=half
+#    probe/attention_configs.py);
 # 3. cluster: probe/patches/gemm_cluster.patch (the GEMM in block pairs sharing B, GemmConfig.cluster=2)
 #    applied to a copy of this tree, the probe's cluster variant on two large shapes, also on smaller
 #    grids (are all the pairs the occupancy API counts resident at once?); `pairs` adds where it leaves C
@@ -22,8 +22,8 @@ if [[ ,$parts, == *,probes,* ]]; then
   grep "^|" $OUT/gemm_small.txt | cut -c1-120
 fi
 if [[ ,$parts, == *,attention,* ]]; then
-  PROBE_SET=sum PROBE_DUMP_S=95 timeout 100 python3 probe/attention_configs.py > $OUT/attn_sum.txt 2>&1
-  grep -v "^\s*$" $OUT/attn_sum.txt | tail -36 | cut -c1-170
+  PROBE_SET=half PROBE_DUMP_S=95 timeout 100 python3 probe/attention_configs.py > $OUT/attn_half.txt 2>&1
+  grep -v "^\s*$" $OUT/attn_half.txt | tail -30 | cut -c1-170
 fi
 if [[ ,$parts, == *,cluster,* || ,$parts, == *,pairs,* ]]; then    # a lost arrival: a 15 s timeout error
   tree=$(mktemp -d)

@@ -4,7 +4,8 @@ rescale threshold (O rescaled only when a row's maximum jumps), against float64.
 sequence so row maxima jump by a few log2 units from block to block: with threshold 2 some blocks rescale
 and some keep the stale maximum; with 8 almost only the first does. ``sum_in_pv`` (the row sums from P·V,
 a box of ones as V's next 64 columns; the op's D=64 kernels): also with the threshold and ping-pong, and the
-op's D=64 kernels with the add trees instead."""
+op's D=64 kernels with the add trees instead. ``half_blocks``: blocks whose last 64 keys a warpgroup's rows
+do not see (the diagonal, the 300 keys' end) at 64 keys, also in flat tasks and with turns."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -37,7 +38,10 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            replace(default_config("bf16", 64, drawn=True, flat=True), sum_in_pv=False),
            replace(default_config("bf16", 64, drawn=True), sum_in_pv=False),
            Config(head_dim=64, consumers=2, stages=3, sum_in_pv=True, rescale_threshold=2),
-           Config(head_dim=64, overlap=True, pingpong=True, sum_in_pv=True)]
+           Config(head_dim=64, overlap=True, pingpong=True, sum_in_pv=True),
+           replace(default_config("bf16", 64, drawn=True), half_blocks=True),
+           replace(default_config("bf16", 64, drawn=True, flat=True), half_blocks=True),
+           Config(head_dim=128, consumers=2, pingpong=True, half_blocks=True)]
 
 
 @pytest.fixture(scope="module", autouse=True)

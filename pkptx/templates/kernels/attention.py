@@ -71,6 +71,7 @@ class Config:
     flat: bool = False           # tasks are runs of 64-row slices that may span two heads (:class:`FlatPlan`)
     pv_in_flight: bool = False   # the plain loop: block j's P·V in flight until block j+1's Q·Kᵀ is waited for
     sum_in_pv: bool = False      # D=64: P·V sums P too (V's next 64 columns are a box of ones), no add tree
+    half_blocks: bool = False    # a block whose last 64 keys no row of the warpgroup sees runs at 64 keys
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -82,6 +83,9 @@ class Config:
         if self.pingpong and self.consumers < 2:
             raise PTXBuildError(f"attention Config: pingpong takes turns between 2 or more consumer warpgroups, "
                                 f"got {self}")
+        if self.half_blocks and (self.block_k != 2 * BOX_ROWS or self.overlap or self.pv_in_flight):
+            raise PTXBuildError(f"attention Config: half_blocks runs the plain loop's blocks at 64 of 128 keys: it "
+                                f"needs block_k 128 and no overlap or pv_in_flight, got {self}")
         if self.pv_in_flight and (self.overlap or self.pingpong or self.stages < 2):
             raise PTXBuildError(f"attention Config: pv_in_flight is a form of the plain loop (no overlap, no "
                                 f"pingpong) that frees a K/V stage only after the next block's Q·Kᵀ: it needs 2 "
@@ -135,7 +139,7 @@ class Config:
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
                 + ("_f" if self.flat else "") + ("_v" if self.pv_in_flight else "") + ("_l" if self.sum_in_pv else "")
-                + ("_d" if self.drawn else ""))
+                + ("_h" if self.half_blocks else "") + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -534,16 +538,16 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
             kv_pipe.wait(b, slot, deadline=deadline, abandon=True, ring=1, name="wait_v")
             return slot, v_tile
 
-        def scores(s_acc, k_tile):
-            """Issue S = Q·Kᵀ (committed, not waited)."""
+        def scores(s_acc, k_tile, keys=cfg.block_k):
+            """Issue S = Q·Kᵀ over the stage's first ``keys`` keys (committed, not waited)."""
             for db in range(d_boxes):
                 mma_k_block(b, s_acc, b.add(u32, q_tile, q_box_offset(0, db, cfg.head_dim)),
                             b.add(u32, k_tile, k_box_offset(db, 0, cfg.block_k)),
-                            n=cfg.block_k, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
+                            n=keys, dtype=cfg.dtype, b_layout="nk", first=yes if db == 0 else no)
 
-        def values(p_regs, v_tile):
-            """Issue O += P·V (committed, not waited)."""
-            pv_block(b, o_acc, p_regs, v_tile, n=cfg.block_k, d=cfg.head_dim, dtype=cfg.dtype,
+        def values(p_regs, v_tile, keys=cfg.block_k):
+            """Issue O += P·V over the stage's first ``keys`` keys (committed, not waited)."""
+            pv_block(b, o_acc, p_regs, v_tile, n=keys, d=cfg.head_dim, dtype=cfg.dtype,
                      ones=ctx.smem["ones"] if cfg.sum_in_pv else None)
 
         def release(slot):
@@ -559,16 +563,17 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 return b.min(s32, b.add(s32, b.add(s32, row, keys.diag), 1), keys.seq_k, name="key_limit")
 
             wg_limit = key_limit(wg_row)
+            wg_last_limit = key_limit(b.add(u32, wg_row, ROWS - 1, name="wg_last_row")) if cfg.half_blocks else None
             row_limits = [b.sub(s32, key_limit(r), frag_col, name="lane_limit") for r in rows]
 
-            def softmax(j, s_acc):
-                """Mask block j's scores where it crosses a row's last key, then the online softmax
-                (O left alone: returns the rows' correction)."""
+            def softmax(j, s_acc, keys=cfg.block_k):
+                """Mask block j's scores (its first ``keys``) where it crosses a row's last key, then the
+                online softmax (O left alone: returns the rows' correction)."""
                 key0 = b.mul(u32, j, cfg.block_k, mode="lo", name="key0")
-                partial = b.setp("gt", s32, b.add(s32, key0, cfg.block_k), wg_limit, name="partial_block")
+                partial = b.setp("gt", s32, b.add(s32, key0, keys), wg_limit, name="partial_block")
                 with b.if_then(partial, uniform=True):
-                    mask_columns(b, s_acc, cfg.block_k, [b.sub(s32, lim, key0) for lim in row_limits])
-                return online_softmax(b, s_acc, n=cfg.block_k, scale_log2=scale_log2, row_max=row_max,
+                    mask_columns(b, s_acc, keys, [b.sub(s32, lim, key0) for lim in row_limits])
+                return online_softmax(b, s_acc, n=keys, scale_log2=scale_log2, row_max=row_max,
                                       row_sum=row_sum, threshold=cfg.rescale_threshold)
 
             def pass_over(pred=None):
@@ -585,7 +590,9 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 around block j (flat, two runs: passing over the other run's). With ``pv_in_flight`` (and
                 nothing around the blocks) block j's P·V is not waited for on its own: block j+1's Q·Kᵀ
                 follows it into the tensor pipe and one wait covers both (wgmma groups complete in order),
-                so O is whole before its rescale; block j's stage is released after that wait."""
+                so O is whole before its rescale; block j's stage is released after that wait. With
+                ``half_blocks``, a block whose last 64 keys no row of the warpgroup sees (on the causal
+                diagonal, at the keys' end) runs at its first 64: half the products and softmax."""
                 in_flight = cfg.pv_in_flight and before is None and after is None
 
                 def release_behind(pred):
@@ -593,26 +600,39 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                     with b.if_then(pred, uniform=True):
                         kv_pipe.release(b, kv_pipe.behind(b), pred=lane0)
 
-                for j in b.range(0, blocks, name="kv"):
-                    if before is not None:
-                        before(j)
-                    s_acc = b.regs(f32, cfg.block_k // 2, name="s")
+                def block(j, keys):
+                    s_acc = b.regs(f32, keys // 2, name="s")
                     k_tile = k_ready(kv_uses)
                     with in_turn():
-                        scores(s_acc, k_tile)
+                        scores(s_acc, k_tile, keys)
                     b.wgmma_wait_group(0)
                     if in_flight:            # block j-1's P·V is done too: its stage is free
                         release_behind(b.setp("ne", u32, j, 0, name="pv_before"))
-                    rescale(b, o_acc, cfg.o_cols, softmax(j, s_acc))
-                    p_regs = p_operand(b, s_acc, cfg.block_k, cfg.dtype)
+                    rescale(b, o_acc, cfg.o_cols, softmax(j, s_acc, keys))
+                    p_regs = p_operand(b, s_acc, keys, cfg.dtype)
                     slot, v_tile = v_ready()
                     with in_turn():
-                        values(p_regs, v_tile)
+                        values(p_regs, v_tile, keys)
                     if in_flight:
                         kv_pipe.advance(b)
                     else:
                         b.wgmma_wait_group(0)
                         release(slot)
+
+                for j in b.range(0, blocks, name="kv"):
+                    if before is not None:
+                        before(j)
+                    if cfg.half_blocks:
+                        half = cfg.block_k // 2
+                        narrow = b.setp("le", s32, wg_last_limit, b.mad(u32, j, cfg.block_k, half, mode="lo"),
+                                        name="half_block")
+                        with b.if_else(narrow, uniform=True) as (short, whole):
+                            with short:
+                                block(j, half)
+                            with whole:
+                                block(j, cfg.block_k)
+                    else:
+                        block(j, cfg.block_k)
                     if after is not None:
                         after(j)
                 if in_flight:                # the last block's P·V
@@ -805,7 +825,8 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = 
     if flat:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, stages=4, drawn=drawn, flat=True,
                       sum_in_pv=True)
-    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn, sum_in_pv=drawn)
+    return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn, sum_in_pv=drawn,
+                  half_blocks=drawn)
 
 
 def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
