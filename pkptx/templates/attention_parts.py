@@ -102,9 +102,10 @@ def online_softmax(b: Builder, s_acc, *, n: int, scale_log2: Reg, row_max, row_s
                    threshold: float = 0.0) -> Correction:
     """One block of the online softmax, in place: ``s_acc`` (raw scores) becomes P = 2^(s·c - m),
     ``row_max`` (in scaled log2 units) and the lane's partial ``row_sum`` are updated (the sum is
-    completed across the quad only at the end; ``row_sum=None``: P·V sums P, see :func:`pv_block`). A row with no unmasked key so far keeps m = -inf and
-    uses 0 in its place, so its P and correction are 0, not NaN. O is left alone (a P·V product may
-    still be accumulating into it): the caller applies the returned :class:`Correction` with :func:`rescale`.
+    completed across the quad only at the end; ``row_sum=None``: P·V sums P, see :func:`pv_block`).
+    A row with no unmasked key so far keeps m = -inf and uses 0 in its place, so its P and correction
+    are 0, not NaN. O is left alone (a P·V product may still be accumulating into it): the caller
+    applies the returned :class:`Correction` with :func:`rescale`.
 
     ``threshold`` > 0 keeps a stale maximum while no row of the warp has grown by more than it (P then
     stays below 2^threshold, exact in f32 and in P's 16-bit type), so O is rescaled only in the
