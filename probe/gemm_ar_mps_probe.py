@@ -1,0 +1,69 @@
+"""Why does the fused GEMM + all-reduce lose to GEMM-then-all-reduce under MPS (#16: 0.65-0.75 at 4 ranks,
+0.90-1.09 at 2, bench_fused at faf65ed)? Each rank times, at bench_fused's shapes (A N x N/W, B N x N/W):
+the GEMM alone, the all-reduce alone, the two as one unit, and the fused kernel at the model's communicator
+count and at 2, 4, 8, 16: does any split pay (then the model is wrong), or does none (then the kernel
+loses time beyond its split: slab waits, flag polls, the joined tail)? Run under MPS (``python -m pkptx mps
+run --ranks N -- mpirun -n N python probe/gemm_ar_mps_probe.py``). Rank 0 prints every rank's median ms.
+Not a test."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+
+import pkptx  # noqa: E402
+from pkptx.bench.common import checked_ms  # noqa: E402
+from pkptx.launch import Device, Stream, SymmetricHeap, World, from_numpy  # noqa: E402
+from pkptx.launch.occupancy import context_sm_count  # noqa: E402
+from pkptx.ops.gemm_plan import all_reduce_comm_sms  # noqa: E402
+
+SIZES = [int(s) for s in os.environ.get("AR_PROBE_SIZES", "4096,8192").split(",")]
+SPLITS = (2, 4, 8, 16)
+
+
+def main():
+    world = World()
+    Device(world.device_ordinal()).set_current()
+    stream, w, bf16 = Stream(), world.size, ml_dtypes.bfloat16
+    rng = np.random.default_rng(11 + world.rank)
+    heap = SymmetricHeap(world, 2 * max(SIZES) ** 2 * 2 + (64 << 20))
+    sms = context_sm_count()
+    rows = {}
+    timed = lambda fn: checked_ms(fn, stream, repeats=10)  # noqa: E731
+    for n in SIZES:
+        rand = lambda *shape: from_numpy(rng.standard_normal(shape, dtype=np.float32).astype(bf16))  # noqa: E731
+        a, b = rand(n, n // w), rand(n, n // w)
+        partial, ar_out = heap.alloc((n, n), bf16), heap.alloc((n, n), bf16)
+        world.barrier(what="inputs")
+        gemm = lambda: pkptx.gemm(a, b, partial.local, stream=stream)  # noqa: E731
+        reduce = lambda: pkptx.all_reduce(partial, world, stream=stream)  # noqa: E731
+        model = all_reduce_comm_sms(n, n, n // w, 2, w, sms, (128, 256))
+        gemm(), reduce()
+        pkptx.synchronize(stream)
+        rows[f"N={n}: gemm"] = timed(gemm)
+        rows[f"N={n}: all_reduce"] = timed(reduce)
+        rows[f"N={n}: gemm then all_reduce"] = timed(lambda: (gemm(), reduce()))
+        for c in sorted({model, *SPLITS}):
+            fused = lambda c=c: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=c, fused=True, stream=stream)  # noqa
+            fused()
+            pkptx.synchronize(stream)
+            if c == model:
+                err = np.abs(ar_out.local.to_numpy().astype(np.float32) - partial.local.to_numpy().astype(np.float32))
+                rows[f"N={n}: fused max |diff| vs composed"] = float(err.max())
+            rows[f"N={n}: fused, {c} communicators{' (model)' if c == model else ''}"] = timed(fused)
+        ar_out.free()
+        partial.free()
+    every = world.allgather(rows, what="rows")
+    if world.rank == 0:
+        print(f"{w} ranks, {sms} SMs a rank; A and B N x N/{w} bf16")
+        print("| measure | " + " | ".join(f"rank {r} ms" for r in range(w)) + " |")
+        print("|---|" + "---|" * w)
+        for name in rows:
+            print(f"| {name} | " + " | ".join(f"{every[r][name]:.3f}" for r in range(w)) + " |", flush=True)
+    heap.close()
+    world.close()
+
+
+if __name__ == "__main__":
+    main()
