@@ -27,7 +27,7 @@ def main():
     Device(world.device_ordinal()).set_current()
     stream, w, bf16 = Stream(), world.size, ml_dtypes.bfloat16
     rng = np.random.default_rng(11 + world.rank)
-    heap = SymmetricHeap(world, 2 * max(SIZES) ** 2 * 2 + (64 << 20))
+    heap = SymmetricHeap(world, 4 * max(SIZES) ** 2 * 2 + (64 << 20))   # room beside the freed smaller sizes
     sms = context_sm_count()
     rows = {}
     timed = lambda fn: checked_ms(fn, stream, repeats=10)  # noqa: E731

@@ -131,7 +131,8 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         causal=causal, scale=scale)
     device = Device.current()
     cfg = config or kernel.default_config(dtype_name(q.dtype), dim, drawn=True,
-                                          flat=kernel.flat_tasks(causal, dim, seq_q))
+                                          flat=kernel.flat_tasks(causal, dim, seq_q),
+                                          half_blocks=kernel.half_blocks_pay(causal, seq_q, seq_k))
     if (cfg.dtype, cfg.head_dim) != (dtype_name(q.dtype), dim):
         raise AttentionArgumentError(f"attention: config is for {cfg.dtype}, D={cfg.head_dim}; the inputs are "
                                      f"{dtype_name(q.dtype)}, D={dim}")

@@ -5,7 +5,8 @@ sequence so row maxima jump by a few log2 units from block to block: with thresh
 and some keep the stale maximum; with 8 almost only the first does. ``sum_in_pv`` (the row sums from P·V,
 a box of ones as V's next 64 columns; the op's D=64 kernels): also with the threshold and ping-pong, and the
 op's D=64 kernels with the add trees instead. ``half_blocks``: blocks whose last 64 keys a warpgroup's rows
-do not see (the diagonal, the 300 keys' end) at 64 keys, also in flat tasks and with turns."""
+do not see (the diagonal, the 300 keys' end) at 64 keys, also in flat tasks and with turns; where the
+op runs them (:func:`half_blocks_pay`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 import pkptx
 from pkptx.launch import empty, from_numpy
-from pkptx.templates.kernels.attention import Config, default_config, reference
+from pkptx.templates.kernels.attention import Config, default_config, half_blocks_pay, reference
 
 from tests.helpers.interpreted import interpreted_driver
 
@@ -39,7 +40,8 @@ CONFIGS = [Config(head_dim=128, overlap=True, pingpong=True, rebalance=True),
            replace(default_config("bf16", 64, drawn=True), sum_in_pv=False),
            Config(head_dim=64, consumers=2, stages=3, sum_in_pv=True, rescale_threshold=2),
            Config(head_dim=64, overlap=True, pingpong=True, sum_in_pv=True),
-           replace(default_config("bf16", 64, drawn=True), half_blocks=True),
+           default_config("bf16", 64, drawn=True, half_blocks=True),
+           default_config("bf16", 128, drawn=True, half_blocks=True),
            replace(default_config("bf16", 64, drawn=True, flat=True), half_blocks=True),
            Config(head_dim=128, consumers=2, pingpong=True, half_blocks=True)]
 
@@ -134,3 +136,13 @@ def test_flat_config_needs_two_slices_a_head():
     q = from_numpy(np.ones((1, 64, 2, 64), dtype=ml_dtypes.bfloat16))
     with pytest.raises(AttentionArgumentError, match="S_q > 64"):
         pkptx.attention(q, q, q, config=default_config("bf16", 64, drawn=True, flat=True))
+
+
+@pytest.mark.parametrize("causal, seq_q, seq_k, pays", [
+    (False, 1024, 1024, False), (True, 1024, 1024, True), (True, 77, 77, True), (True, 1792, 1792, True),
+    (True, 2048, 2048, False), (True, 4096, 4096, False), (True, 128, 4096, False), (True, 4096, 1024, True),
+    (True, 4096, 2048, False)])
+def test_half_blocks_where_they_save_more_than_they_cost(causal, seq_q, seq_k, pays):
+    """Half blocks save 32 keys a row that sees any; the op runs them where that beats their cost a block
+    (measured: they won at 1k keys causal and lost at 2k and 4k), and never without a mask."""
+    assert half_blocks_pay(causal, seq_q, seq_k) is pays

@@ -802,7 +802,8 @@ def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     return out, lse
 
 
-def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = False) -> Config:
+def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = False,
+                   half_blocks: bool = False) -> Config:
     """The configuration the op launches (``drawn=True``; measured on the H200, bench/RESULTS.md
     2026-12-04): the plain loop with 3 consumer warpgroups (192 query rows a block) and two Q buffers,
     so the next task's Q loads while this one runs. At D=128 their registers come from the loader
@@ -819,14 +820,16 @@ def default_config(dtype: str, head_dim: int, drawn: bool = False, flat: bool = 
     where :func:`flat_tasks` says): the same warpgroups on :class:`FlatPlan` tasks and 4 K/V stages, 2 a
     run (a fourth stage alone costs nothing, a third 6-10 %; H100, 2026-12-06). The D=64 drawn kernels
     take P's row sums from P·V (``sum_in_pv``): +0.3-5 % over the add trees at 1-16k keys, e.g. 1k keys
-    without a mask 425 -> 439 TFLOP/s (H100, 2026-12-07); at a fixed stride (128 registers) it spills."""
+    without a mask 425 -> 439 TFLOP/s (H100, 2026-12-07); at a fixed stride (128 registers) it spills.
+    ``half_blocks`` where the op asks (:func:`half_blocks_pay`)."""
     if head_dim == 128:
-        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn)
+        return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, o_in_q=True, drawn=drawn,
+                      half_blocks=half_blocks)
     if flat:
         return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=True, stages=4, drawn=drawn, flat=True,
-                      sum_in_pv=True)
+                      sum_in_pv=True, half_blocks=half_blocks)
     return Config(dtype=dtype, head_dim=head_dim, consumers=3, rebalance=drawn, drawn=drawn, sum_in_pv=drawn,
-                  half_blocks=drawn)
+                  half_blocks=half_blocks)
 
 
 def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
@@ -839,8 +842,28 @@ def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
     return not causal and head_dim == 64 and slices >= consumers - 1 and 10 * (-slices % consumers) >= slices
 
 
+# What half_blocks costs a block (the branch and the loop body twice): without a mask, where it saves
+# nothing, the D=64 and D=128 drawn kernels ran 3.0-3.8 % slower at 1-4k keys (more at 16k); H100,
+# probe/attention_configs.py PROBE_SET=half, bench/RESULTS.md 2026-12-07.
+HALF_BLOCK_COST = 0.035
+
+
+def half_blocks_pay(causal: bool, seq_q: int, seq_k: int) -> bool:
+    """Whether the op runs half blocks (causal only): of every two 64-row warpgroups one ends its keys
+    64 into a block, so half blocks save 32 keys a row that sees any, against the keys the rows see in
+    all; they pay where that share beats HALF_BLOCK_COST, i.e. below about 1.8k keys at S_q = S_k
+    (measured: +3.2-3.4 % at 1k keys, -0.8 % at 2k, -2.2-3.0 % at 4k; H100, 2026-12-07)."""
+    if not causal:
+        return False
+    seeing = min(seq_q, seq_k)                     # rows that see a key (bottom-right aligned)
+    keys_seen = seeing * seq_k - seeing * (seeing - 1) // 2
+    return 32 * seeing > HALF_BLOCK_COST * keys_seen
+
+
 LAUNCHED = [default_config(dtype, head_dim, drawn=True, flat=flat) for dtype in ("bf16", "f16")
-            for head_dim in (128, 64) for flat in ((False, True) if head_dim == 64 else (False,))]
+            for head_dim in (128, 64) for flat in ((False, True) if head_dim == 64 else (False,))] + [
+    default_config(dtype, head_dim, drawn=True, half_blocks=True)
+    for dtype in ("bf16", "f16") for head_dim in (128, 64)]
 
 
 def catalog():
