@@ -12,13 +12,12 @@ import math
 from ..launch import Device, LaunchConfig, empty
 from ..launch.occupancy import context_sm_count, persistent_grid
 from ..launch.array import DeviceArray
-from ..launch.device import stream_handle
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.attention_parts import BOX_COLS, BOX_ROWS, ROWS
 from ..templates.kernels import attention as kernel
 from ..templates.kernels import attention_merge as merge_kernel
 from .common import ArgumentError, dtype_name, load
-from .launches import array, launch, tensor_map
+from .launches import array, launch, task_counter, tensor_map
 
 HEAD_DIMS = (64, 128)
 BOX = (1, BOX_ROWS, 1, BOX_COLS)          # one 64-row x 64-column TMA box of one (batch, head)
@@ -43,13 +42,6 @@ def by_query_block(causal: bool, drawn: bool) -> int:
     by (batch, head) ran 8-30 % faster at 1-16k keys than by query block (H100, bench/RESULTS.md
     2026-12-06)."""
     return int(causal and not drawn)
-
-
-def task_counter(device, stream) -> DeviceArray:
-    """The two u32 words the attention kernel draws its tasks from, one pair per stream: launches on
-    one stream run one after another, and each leaves the pair at 0 for the next (a timed-out one may
-    not; the device status's clear zeroes them)."""
-    return device_status(device).zeroed_words(("attention tasks", stream_handle(stream)), 2)
 
 
 def operand_array(x, op: str, name: str) -> DeviceArray:
@@ -150,7 +142,7 @@ def _prepare(q, k, v, out, lse, causal, scale, config, timeout_ns, timeout, stre
         tmap_o=tensor_map(out, BOX), lse=lse.ptr if lse is not None else 0, tasks=tasks, q_blocks=q_blocks,
         heads=heads, group=heads // kv_heads, seq_q=seq_q, seq_k=seq_k, diag=seq_k - seq_q if causal else seq_k,
         scale_log2=scale * math.log2(math.e), by_query_block=by_query_block(causal, cfg.drawn),
-        task_counter=task_counter(device, stream).ptr if cfg.drawn else 0, rank=0, world=1,
+        task_counter=task_counter("attention", stream).ptr if cfg.drawn else 0, rank=0, world=1,
         status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "attention: timeout"), num_comm_sms=0,
         slices=batch * heads * slices).launch

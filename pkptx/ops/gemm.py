@@ -2,6 +2,8 @@
 TMA/wgmma GEMM, scheduled per shape by :mod:`.gemm_plan` (tile shape, stages, deterministic split-K)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import PTXBuildError
@@ -14,7 +16,7 @@ from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load
 from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
-from .launches import array, launch, tensor_map
+from .launches import array, launch, task_counter, tensor_map
 
 
 class GemmArgumentError(ArgumentError):
@@ -95,8 +97,10 @@ def gemm(a, b, out=None, *, b_layout: str = "nk", stream=None, config: GemmConfi
     (the caller's object; a new DeviceArray when None). ``config`` forces a schedule
     (:class:`GemmConfig`: tile, stages, K splits) instead of the model's. Split-K results are
     deterministic: the same bits every run. ``timeout=`` (seconds; default ``PKPTX_TIMEOUT_S`` or 60 s)
-    bounds the kernel's waits. A repeated call with the same operands launches what the first prepared
-    (:mod:`.launches`)."""
+    bounds the kernel's waits. In a partial context (an MPS share, a green context) the blocks draw their
+    tiles from a counter: not all of them may be resident at once there, and a fixed stride would leave
+    the late ones a share to run after the others. A repeated call with the same operands launches what
+    the first prepared (:mod:`.launches`)."""
     if out is None:
         a_arr, b_arr = _as_array(a, "a"), _as_array(b, "b")
         m, n, _ = check_shapes(a_arr.shape, a_arr.dtype, b_arr.shape, b_arr.dtype, b_layout=b_layout)
@@ -117,7 +121,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     names = dtype_name(a.dtype), dtype_name(out.dtype)
     schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
                               smem_limit=device.smem_per_block_optin, allow_swap=b_layout == "nk")
-    cfg = check_config(schedule, m, n, k, *names, b_layout)
+    cfg = replace(check_config(schedule, m, n, k, *names, b_layout), drawn=context_sm_count(device) < device.sm_count)
     launchable = load(kernel.build, cfg, device)
     rows, cols = schedule.kernel_problem(m, n)
     first, second = (b, a) if schedule.swap else (a, b)         # swapped: Cᵀ = B·Aᵀ
@@ -131,6 +135,8 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
         values.update(tmap_c=tensor_map(out, cfg.c_box))
     else:
         values.update(c=out.ptr, m=rows, n=cols)
+    if cfg.drawn:
+        values.update(task_counter=task_counter("gemm", stream).ptr)
     if cfg.split_k:                      # the launch keeps its workspace (arrays, not addresses)
         partials, tickets = _split_workspace(device, stream, schedule, m, n)
         values.update(splits=schedule.splits, split_ws=partials, split_tickets=tickets)

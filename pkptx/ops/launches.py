@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable
 
-from ..launch import TensorMap, from_dlpack
+from ..launch import Device, TensorMap, from_dlpack
 from ..launch.array import DeviceArray
 from ..launch.device import stream_handle
+from ..launch.status import device_status
 
 MAX_LAUNCHES = 512
 MAX_TENSOR_MAPS = 256
@@ -48,6 +49,13 @@ def tensor_map(arr: DeviceArray, box: tuple, swizzle: int | None = 128) -> Tenso
         tmap = _tensor_maps[key] = TensorMap.tiled(arr.ptr, dtype=arr.dtype, shape=arr.shape, box=box, swizzle=swizzle,
                                                    strides_bytes=tuple(st * arr.itemsize for st in arr.strides))
     return tmap
+
+
+def task_counter(op: str, stream) -> DeviceArray:
+    """The two u32 words a drawn kernel of ``op`` takes its tasks from, one pair per op and stream:
+    launches on one stream run one after another, and each leaves the pair at 0 for the next (a
+    timed-out one may not; the device status's clear zeroes them)."""
+    return device_status(Device.current()).zeroed_words((f"{op} tasks", stream_handle(stream)), 2)
 
 
 def operand_key(x):

@@ -128,6 +128,35 @@ def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype, k_split):
     assert_close(c_dev.read(DTYPES[out_dtype], (m, n)), gemm.reference(a, b, "nk"), out_dtype, 1, "C")
 
 
+@pytest.mark.parametrize("cfg, m, n, k, splits", [
+    (gemm.Config(tile_m=64, tile_n=64, stages=2, drawn=True), 200, 192, 128, 1),
+    (gemm.Config(tile_m=64, tile_n=128, stages=2, pingpong=True, drawn=True), 320, 128, 192, 1),
+    (gemm.Config(tile_m=64, tile_n=64, stages=2, epilogue="direct", split_k=True, drawn=True), 128, 120, 192, 3)])
+def test_gemm_drawn_tiles_twice(cfg, m, n, k, splits):
+    """Drawn tiles (the op's form in a partial context): 2 blocks draw 6-8 tasks from the counter,
+    ping-pong turns and split-K slices included; C NaN-poisoned before each of two launches, and the
+    counter back at 0 after each (the second launch draws from 0 again)."""
+    ranks = Ranks(1, seed=9)
+    (a,), (b,) = _operands(21, 1, m, n, k, "nk")
+    mach = ranks.world.machine
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 2, name="c")
+    counter = mach.from_numpy(np.zeros(2, np.uint32), name="task_counter")
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    if splits > 1:
+        slabs = values["tiles_m"] * values["tiles_n"]
+        values.update(splits=splits, split_ws=mach.alloc(slabs * splits * 64 * cfg.tile_n * 4, name="ws").base,
+                      split_tickets=mach.from_numpy(np.zeros(slabs, np.uint32), name="tickets").base)
+    out = (dict(tmap_c=ranks.tensor_map(c_dev.base, DTYPES["bf16"], (m, n), cfg.c_box)) if cfg.epilogue == "tma"
+           else dict(c=c_dev.base, m=m, n=n))
+    for _ in range(2):
+        c_dev.write(np.full(m * n, 0x7FC0, np.uint16))
+        ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=2, smem=cfg.smem_bytes,
+                     num_comm_sms=0, task_counter=counter.base, **values, **out)
+        ranks.run()
+        assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
+        assert counter.read(np.uint32, (2,)).tolist() == [0, 0], "each launch leaves the counter at 0"
+
+
 @pytest.mark.parametrize("w", (1, 2, 3))
 def test_gemm_rs_smallest(w):
     cfg = gemm_rs.Config(dataclasses.replace(SMALL, out_dtype="f32"))

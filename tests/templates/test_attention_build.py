@@ -176,6 +176,7 @@ def fake_gpu(monkeypatch):
     status = type("S", (), {"ptr": 0x1000, "zeroed_words": lambda self, key, count: DeviceArray(0x2000, (count,),
                                                                                                   np.uint32)})()
     monkeypatch.setattr(op, "device_status", lambda dev: status)
+    monkeypatch.setattr(launches, "device_status", lambda dev: status)
     monkeypatch.setattr(op, "tensor_map", lambda arr, box: ("tmap", arr.ptr, arr.shape, box))
     monkeypatch.setattr(op, "empty", lambda shape, dtype, stream=None: DeviceArray(0x900000, shape, dtype))
     monkeypatch.setattr(op, "persistent_grid", lambda kernel, work: min(work, 132))

@@ -112,6 +112,36 @@ def test_pingpong_and_swapped_match_float64(gpu, problem, config):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < BOUND[problem[5]]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, config", [
+    ((1000, 1000, 4000, "nk", "bf16", "bf16"), None),
+    ((2048, 2048, 16384, "nk", "bf16", "f32"), None),
+    ((1000, 1000, 4000, "nk", "bf16", "bf16"), GemmConfig(128, 192, 4, pingpong=True)),
+    ((100, 3000, 8192, "nk", "bf16", "bf16"), GemmConfig(64, 64, 8, 4, k_split=2)),
+    ((37, 1000, 4000, "nk", "f16", "bf16"), GemmConfig(64, 48, 8, 3, epilogue="direct", swap=True)),
+])
+def test_drawn_tiles_in_a_partial_context(gpu, monkeypatch, problem, config):
+    """Where the context has fewer SMs than the device (an MPS share), the op launches the drawn kernel:
+    every tile once (poisoned C fully written), float64-close, the same bits twice (the counter left at 0
+    for the next launch on the stream)."""
+    from collections import OrderedDict
+
+    import pkptx.ops.gemm as op
+    from pkptx.ops import launches
+    monkeypatch.setattr(launches, "_launches", OrderedDict())     # no launch prepared for the whole device
+    monkeypatch.setattr(op, "context_sm_count", lambda device=None: gpu.sm_count // 2)
+    drawn, load = [], op.load
+    monkeypatch.setattr(op, "load", lambda factory, cfg, device: drawn.append(cfg.drawn) or load(factory, cfg, device))
+    a, b, first = _run(problem, 3, config)
+    _, _, second = _run(problem, 3, config)
+    assert drawn and all(drawn), "the op built the drawn kernel"
+    assert first.tobytes() == second.tobytes()
+    got = first.astype(np.float64)
+    assert not np.isnan(got).any(), f"{np.isnan(got).sum()} unwritten (poisoned) outputs"
+    ref = kernel.reference(a, b, problem[3])
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < BOUND[problem[5]]
+
+
 def _disassembler():
     for tool, args in (("cuobjdump", ["--dump-sass"]), ("nvdisasm", ["-c"])):
         path = shutil.which(tool)
@@ -122,8 +152,9 @@ def _disassembler():
 
 @pytest.mark.parametrize("cfg", [kernel.Config(), kernel.Config(b_layout="kn"), kernel.Config(out_dtype="f32"),
                                  kernel.Config(split_k=True), kernel.Config(tile_m=64, stages=5, split_k=True),
-                                 kernel.Config(epilogue="direct"), kernel.Config(tile_n=192, pingpong=True)],
-                         ids=["nk", "kn", "f32", "split", "split64", "direct", "pingpong"])
+                                 kernel.Config(epilogue="direct"), kernel.Config(tile_n=192, pingpong=True),
+                                 kernel.Config(drawn=True)],
+                         ids=["nk", "kn", "f32", "split", "split64", "direct", "pingpong", "drawn"])
 def test_sass_uses_tensor_cores_and_tma_without_spills(cfg, tmp_path):
     tool = _disassembler()
     if tool is None:

@@ -33,6 +33,7 @@ from ...primitives.tma import tensor_map_param
 from ..gemm_parts import (BOX_COLS, NARROW_STEP, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators,
                           store_fragments, store_fragments_transposed, tile_of)
 from ..lcsc import Buffer, Ring, Template
+from ..progress import release_task_counter
 from ..split_k import k_range, reduce_slab, slice_of
 from ..turns import Turns
 
@@ -57,6 +58,8 @@ class Config:
                                  # B·Aᵀ of a problem with a small M (pkptx.ops.gemm_plan's swap), M as N
     k_split: int = 1             # accumulators a chain's 16-deep k-steps alternate over (1, 2 or 4): a narrow
                                  # tile's wgmma then do not each wait for the one before; summed after the K loop
+    drawn: bool = False          # tasks drawn from a counter (the task_counter parameter), not a fixed stride:
+                                 # where not every block of the grid is resident at once (an MPS share)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
@@ -368,7 +371,7 @@ def name_of(cfg: Config) -> str:
     return (f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
             f"{'_sk' if cfg.split_k else ''}{'_d' if cfg.epilogue == 'direct' else ''}"
             f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}"
-            f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}")
+            f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}{'_dr' if cfg.drawn else ''}")
 
 
 def output_of(cfg: Config) -> tuple:
@@ -378,15 +381,28 @@ def output_of(cfg: Config) -> tuple:
     return (C_PARAM,), store_c(cfg)
 
 
+TASK_COUNTER_PARAM = Param("task_counter", u64, pointer=True)
+
+
 def build(cfg: Config = Config()):
     """The kernel. A block leaves once its TMA stores have read their staging (``wait_group.read``): no
     block signals after its stores, and the grid's completion makes the writes visible to what follows it
-    on the stream, so waiting for the writes themselves would only lengthen every block's exit."""
+    on the stream, so waiting for the writes themselves would only lengthen every block's exit. With
+    ``cfg.drawn`` the blocks draw their tasks from ``task_counter`` (two u32 words, zero before the first
+    launch on a stream; each launch leaves them so): a block that starts late, behind other kernels, takes
+    no fixed share of the tiles with it."""
     params, store = output_of(cfg)
-    t = template(cfg, name_of(cfg), params=params, progress=False)   # no block waits on another
-    if cfg.epilogue == "direct":
-        return t.build(**roles(cfg, store=store))
-    return t.build(**roles(cfg, store=store), epilogue=lambda ctx: ctx.b.bulk_wait_group(0, read=True))
+    t = template(cfg, name_of(cfg), params=params + ((TASK_COUNTER_PARAM,) if cfg.drawn else ()),
+                 progress=False)   # no block waits on another
+
+    def epilogue(ctx):
+        if cfg.epilogue == "tma":
+            ctx.b.bulk_wait_group(0, read=True)
+        if cfg.drawn:
+            release_task_counter(ctx, ctx.b.load_param("task_counter"))
+
+    drawn = dict(task_counter=lambda ctx: ctx.b.load_param("task_counter")) if cfg.drawn else {}
+    return t.build(**roles(cfg, store=store), epilogue=epilogue, **drawn)
 
 
 def reference(a: np.ndarray, b: np.ndarray, b_layout: str = "nk") -> np.ndarray:
