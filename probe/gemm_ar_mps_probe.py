@@ -16,6 +16,7 @@ import pkptx  # noqa: E402
 from pkptx.bench.common import checked_ms  # noqa: E402
 from pkptx.launch import Device, Stream, SymmetricHeap, World, from_numpy  # noqa: E402
 from pkptx.launch.occupancy import context_sm_count  # noqa: E402
+from rank_table import print_rank_table  # noqa: E402
 from pkptx.ops.gemm_plan import all_reduce_comm_sms  # noqa: E402
 
 SIZES = [int(s) for s in os.environ.get("AR_PROBE_SIZES", "4096,8192").split(",")]
@@ -54,13 +55,7 @@ def main():
             rows[f"N={n}: fused, {c} communicators{' (model)' if c == model else ''}"] = timed(fused)
         ar_out.free()
         partial.free()
-    every = world.allgather(rows, what="rows")
-    if world.rank == 0:
-        print(f"{w} ranks, {sms} SMs a rank; A and B N x N/{w} bf16")
-        print("| measure | " + " | ".join(f"rank {r} ms" for r in range(w)) + " |")
-        print("|---|" + "---|" * w)
-        for name in rows:
-            print(f"| {name} | " + " | ".join(f"{every[r][name]:.3f}" for r in range(w)) + " |", flush=True)
+    print_rank_table(world, rows, f"{w} ranks, {sms} SMs a rank; A and B N x N/{w} bf16")
     heap.close()
     world.close()
 

@@ -17,6 +17,7 @@ import pkptx  # noqa: E402
 from pkptx.bench.common import checked_ms  # noqa: E402
 from pkptx.launch import Device, Stream, SymmetricHeap, World, empty, from_numpy  # noqa: E402
 from pkptx.launch.occupancy import context_sm_count  # noqa: E402
+from rank_table import print_rank_table  # noqa: E402
 from pkptx.ops import attention as attention_op  # noqa: E402
 
 TOKENS = int(os.environ.get("SEQ_PROBE_TOKENS", 24576))
@@ -81,13 +82,7 @@ def main():
         rows[f"tiny all_gather + attention on {blocks} of {sms} SMs"] = timed(lambda: (line_up(), attend_narrow()))
     rows["all_gather K and V"] = timed(gather)
     rows["all_gather K and V, then attention"] = timed(lambda: (gather(), attend()))
-    every = world.allgather(rows, what="rows")
-    if world.rank == 0:
-        print(f"{w} ranks, B={batch}, H={h}, D={d}, {s} queries x {TOKENS} keys a rank")
-        print("| measure | " + " | ".join(f"rank {r} ms" for r in range(w)) + " |")
-        print("|---|" + "---|" * w)
-        for name in rows:
-            print(f"| {name} | " + " | ".join(f"{every[r][name]:.3f}" for r in range(w)) + " |", flush=True)
+    print_rank_table(world, rows, f"{w} ranks, B={batch}, H={h}, D={d}, {s} queries x {TOKENS} keys a rank")
     heap.close()
     world.close()
 
