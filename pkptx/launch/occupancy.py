@@ -34,6 +34,13 @@ def context_sm_count(device: Device | None = None) -> int:
 _sm_counts: dict[int, int] = {}
 
 
+def partial_context(device: Device | None = None) -> bool:
+    """Whether the current context of ``device`` may use fewer SMs than the device has (an MPS share, a
+    green context): there a grid's blocks need not all be resident at once."""
+    device = device or Device.current()
+    return context_sm_count(device) < device.sm_count
+
+
 def blocks_per_sm(kernel, threads: int, smem: int) -> int:
     """``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for a loaded kernel at this block and dynamic
     shared memory (the dynamic limit is raised first, so large windows are counted, not refused)."""

@@ -10,7 +10,7 @@ from ..errors import PTXBuildError
 from ..launch import Device, LaunchConfig, empty
 from ..launch.array import DeviceArray
 from ..launch.device import as_stream
-from ..launch.occupancy import context_sm_count, persistent_grid
+from ..launch.occupancy import context_sm_count, partial_context, persistent_grid
 from ..launch.status import device_status, device_timeout_ns
 from ..templates.gemm_parts import TILE_K
 from ..templates.kernels import gemm as kernel
@@ -121,7 +121,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout):
     names = dtype_name(a.dtype), dtype_name(out.dtype)
     schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
                               smem_limit=device.smem_per_block_optin, allow_swap=b_layout == "nk")
-    cfg = replace(check_config(schedule, m, n, k, *names, b_layout), drawn=context_sm_count(device) < device.sm_count)
+    cfg = replace(check_config(schedule, m, n, k, *names, b_layout), drawn=partial_context(device))
     launchable = load(kernel.build, cfg, device)
     rows, cols = schedule.kernel_problem(m, n)
     first, second = (b, a) if schedule.swap else (a, b)         # swapped: Cᵀ = B·Aᵀ

@@ -129,7 +129,7 @@ def test_drawn_tiles_in_a_partial_context(gpu, monkeypatch, problem, config):
     import pkptx.ops.gemm as op
     from pkptx.ops import launches
     monkeypatch.setattr(launches, "_launches", OrderedDict())     # no launch prepared for the whole device
-    monkeypatch.setattr(op, "context_sm_count", lambda device=None: gpu.sm_count // 2)
+    monkeypatch.setattr(op, "partial_context", lambda device=None: True)
     drawn, load = [], op.load
     monkeypatch.setattr(op, "load", lambda factory, cfg, device: drawn.append(cfg.drawn) or load(factory, cfg, device))
     a, b, first = _run(problem, 3, config)
