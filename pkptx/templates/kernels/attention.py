@@ -843,8 +843,9 @@ def flat_tasks(causal: bool, head_dim: int, seq_q: int) -> bool:
 
 
 # What half_blocks costs a block (the branch and the loop body twice): without a mask, where it saves
-# nothing, the D=64 and D=128 drawn kernels ran 3.0-3.8 % slower at 1-4k keys (more at 16k); H100,
-# probe/attention_configs.py PROBE_SET=half, bench/RESULTS.md 2026-12-07.
+# nothing, the drawn kernels ran 3.4-3.8 % slower at 1-4k keys at D=64 and 3.0 % at 1k at D=128 (12-14 %
+# at 16k keys at D=64 and 4k at D=128); H100, probe/attention_configs.py PROBE_SET=half, bench/RESULTS.md
+# 2026-12-07.
 HALF_BLOCK_COST = 0.035
 
 
