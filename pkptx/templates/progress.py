@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import PTXBuildError
-from ..isa import Kind, Reg, Scope, Sem, address, u32, u64
+from ..isa import Kind, Param, Reg, Scope, Sem, address, u32, u64
 from ..primitives.layout import ParallelLayout
 from ..primitives.sync import flag_address, stamp, wait_peers
 
@@ -99,6 +99,12 @@ def read_launch_count(b, word: Reg) -> Reg:
 
 
 DRAWN, DRAWERS_DONE = 0, 1      # the words of a local task counter (:func:`release_task_counter`)
+TASK_COUNTER_PARAM = Param("task_counter", u64, pointer=True)   # where a one-GPU kernel's counter lies
+
+
+def task_counter_param(ctx) -> Reg:
+    """The local task counter a one-GPU kernel was launched with (its ``task_counter`` parameter)."""
+    return ctx.b.load_param(TASK_COUNTER_PARAM.name)
 
 
 def release_task_counter(ctx, counter: Reg) -> None:

@@ -229,3 +229,12 @@ def test_k_light_problems_take_the_ping_pong_schedule(shape):
     """Where a tile's K loop is short, the epilogue the cooperative kernel waits for weighs most: the
     ping-pong schedule hides it (H100, bench/RESULTS.md 2026-12-06: 186.6 vs 197.6 us and 99.1 vs 102.0)."""
     assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 192, 4, pingpong=True)
+
+
+def test_drawn_is_the_plain_gemms():
+    """A composing kernel draws its tasks through its own counters: a drawn GEMM config there is refused,
+    not silently run at a fixed stride."""
+    from pkptx.errors import PTXBuildError
+    from pkptx.templates.kernels import gemm_ar
+    with pytest.raises(PTXBuildError, match="drawn is the plain GEMM's"):
+        gemm_ar.build(gemm_ar.Config(kernel.Config(drawn=True)))

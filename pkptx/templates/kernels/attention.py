@@ -47,7 +47,7 @@ from ..attention_parts import (BOX_BYTES, BOX_COLS, BOX_ROWS, K_STEP, LN2, NEG_I
                                quad_reduce, rescale, v_box_offset)
 from ..gemm_parts import mma_k_block, stage_accumulators
 from ..lcsc import WARPGROUP, Buffer, Ring, Template
-from ..progress import release_task_counter
+from ..progress import TASK_COUNTER_PARAM, release_task_counter, task_counter_param
 from ..turns import Turns
 
 SMEM_LIMIT = 227 * 1024
@@ -145,7 +145,7 @@ class Config:
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
     Param("lse", u64, pointer=True), Param("tasks", u32), Param("q_blocks", u32), Param("heads", u32),
     Param("group", u32), Param("seq_q", u32), Param("seq_k", u32), Param("diag", s32), Param("scale_log2", f32),
-    Param("by_query_block", u32), Param("task_counter", u64, pointer=True), Param("slices", u32))
+    Param("by_query_block", u32), TASK_COUNTER_PARAM, Param("slices", u32))
 
 
 def template(cfg: Config) -> Template:
@@ -775,10 +775,10 @@ def build(cfg: Config = Config()):
 
     def epilogue(ctx):
         ctx.b.bulk_wait_group(0)
-        release_task_counter(ctx, ctx.b.load_param("task_counter"))
+        release_task_counter(ctx, task_counter_param(ctx))
 
     return template(cfg).build(**roles(cfg, plan), epilogue=epilogue,
-                               task_counter=lambda ctx: ctx.b.load_param("task_counter"))
+                               task_counter=task_counter_param)
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, scale: float | None = None):

@@ -33,7 +33,7 @@ from ...primitives.tma import tensor_map_param
 from ..gemm_parts import (BOX_COLS, NARROW_STEP, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators,
                           store_fragments, store_fragments_transposed, tile_of)
 from ..lcsc import Buffer, Ring, Template
-from ..progress import release_task_counter
+from ..progress import TASK_COUNTER_PARAM, release_task_counter, task_counter_param
 from ..split_k import k_range, reduce_slab, slice_of
 from ..turns import Turns
 
@@ -150,6 +150,9 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
     """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers (and for
     split-K its parameters and one shared word per consumer warpgroup for the drawn ticket)."""
     split = cfg.split_k
+    if cfg.drawn and TASK_COUNTER_PARAM not in params:
+        raise PTXBuildError(f"{name}: drawn is the plain GEMM's (gemm.build); a composing kernel draws its tasks "
+                            "through its own counters")
     return Template(
         name, params=GEMM_PARAMS + (SPLIT_PARAMS if split else ()) + tuple(params), layouts=tuple(layouts),
         tensor_maps=tuple(tensor_maps), buffers=(Buffer("split_ticket", 4 * cfg.consumers, 4),) if split else (),
@@ -381,9 +384,6 @@ def output_of(cfg: Config) -> tuple:
     return (C_PARAM,), store_c(cfg)
 
 
-TASK_COUNTER_PARAM = Param("task_counter", u64, pointer=True)
-
-
 def build(cfg: Config = Config()):
     """The kernel. A block leaves once its TMA stores have read their staging (``wait_group.read``): no
     block signals after its stores, and the grid's completion makes the writes visible to what follows it
@@ -399,9 +399,9 @@ def build(cfg: Config = Config()):
         if cfg.epilogue == "tma":
             ctx.b.bulk_wait_group(0, read=True)
         if cfg.drawn:
-            release_task_counter(ctx, ctx.b.load_param("task_counter"))
+            release_task_counter(ctx, task_counter_param(ctx))
 
-    drawn = dict(task_counter=lambda ctx: ctx.b.load_param("task_counter")) if cfg.drawn else {}
+    drawn = dict(task_counter=task_counter_param) if cfg.drawn else {}
     return t.build(**roles(cfg, store=store), epilogue=epilogue, **drawn)
 
 
