@@ -76,6 +76,12 @@ if os.environ.get("PROBE_SET") == "half":    # blocks whose last 64 keys a warpg
                   128: [replace(default_config("bf16", 128, drawn=True), half_blocks=on) for on in (False, True)]}
     SHAPES = [(32, 16, 1024, 64), (16, 16, 2048, 64), (8, 16, 4096, 64), (2, 16, 16384, 64), (32, 16, 1024, 128),
               (8, 16, 4096, 128)]
+if os.environ.get("PROBE_SET") == "long":    # D=64 at 16-32k keys without a mask: the op's kernel and its neighbours
+    CANDIDATES = {64: [default_config("bf16", 64, drawn=True), default_config("bf16", 64, drawn=True, flat=True),
+                       replace(default_config("bf16", 64, drawn=True), sum_in_pv=False),
+                       replace(default_config("bf16", 64, drawn=True), stages=3),
+                       Config(head_dim=64, consumers=2, rebalance=True, drawn=True)]}
+    SHAPES = [(2, 16, 16384, 64), (1, 16, 32768, 64)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]
 for configs in CANDIDATES.values():
@@ -87,7 +93,7 @@ for batch, heads, seq, dim in SHAPES:
     q, k, v = (torch.randn(batch, seq, heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     views = [x.transpose(1, 2) for x in (q, k, v)]
     out = torch.empty_like(q)
-    for causal in (False, True):
+    for causal in [bool(int(c)) for c in os.environ.get("PROBE_MASKS", "01")]:   # e.g. PROBE_MASKS=0
         flop = 4 * batch * heads * seq * seq * dim / (2 if causal else 1)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ref = F.scaled_dot_product_attention(*views, is_causal=causal).transpose(1, 2).float()
