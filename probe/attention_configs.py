@@ -80,8 +80,7 @@ if os.environ.get("PROBE_SET") == "long":    # D=64 at 16-32k keys without a mas
     CANDIDATES = {64: [default_config("bf16", 64, drawn=True), default_config("bf16", 64, drawn=True, flat=True),
                        replace(default_config("bf16", 64, drawn=True), sum_in_pv=False),
                        replace(default_config("bf16", 64, drawn=True), stages=3),
-                       Config(head_dim=64, consumers=2, rebalance=True, drawn=True),
-                       replace(default_config("bf16", 64, drawn=True), kv_evict_last=True)]}
+                       Config(head_dim=64, consumers=2, rebalance=True, drawn=True)]}
     SHAPES = [(2, 16, 16384, 64), (1, 16, 32768, 64)]
 if os.environ.get("PROBE_SHAPES"):           # e.g. "1x32x4096x128,4x16x8192x128"
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["PROBE_SHAPES"].split(",")]

@@ -75,16 +75,6 @@ def test_ptx_forms_and_determinism(cfg):
         assert form in ptx, form
 
 
-@pytest.mark.parametrize("on", [False, True])
-def test_kv_evict_last_hints_every_kv_load_and_nothing_else(on):
-    ptx = kernel.build(dataclasses.replace(kernel.default_config("bf16", 64, drawn=True), kv_evict_last=on)).render()
-    loads = [line for line in ptx.splitlines() if "cp.async.bulk.tensor" in line and ".global.tile" in line]
-    kv_loads = [line for line in loads if "tmap_k" in line or "tmap_v" in line]
-    assert kv_loads and len(kv_loads) < len(loads)
-    assert [line for line in loads if ".L2::cache_hint" in line] == (kv_loads if on else []), "Q is not kept"
-    assert ("createpolicy.fractional.L2::evict_last.b64" in ptx) == on
-
-
 @pytest.mark.parametrize("make", [
     lambda: kernel.Config(head_dim=96), lambda: kernel.Config(dtype="f32"), lambda: kernel.Config(block_k=96),
     lambda: kernel.Config(consumers=4), lambda: kernel.Config(head_dim=128, consumers=3, stages=3),

@@ -72,7 +72,6 @@ class Config:
     pv_in_flight: bool = False   # the plain loop: block j's P·V in flight until block j+1's Q·Kᵀ is waited for
     sum_in_pv: bool = False      # D=64: P·V sums P too (V's next 64 columns are a box of ones), no add tree
     half_blocks: bool = False    # a block whose last 64 keys no row of the warpgroup sees runs at 64 keys
-    kv_evict_last: bool = False  # K/V loads ask L2 to keep their lines last (every block of a head re-reads them)
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "f16") or self.head_dim not in (64, 128):
@@ -140,8 +139,7 @@ class Config:
                 + ("_p" if self.pingpong else "")
                 + (f"_t{self.rescale_threshold}" if self.rescale_threshold else "") + ("_oq" if self.o_in_q else "")
                 + ("_f" if self.flat else "") + ("_v" if self.pv_in_flight else "") + ("_l" if self.sum_in_pv else "")
-                + ("_h" if self.half_blocks else "") + ("_e" if self.kv_evict_last else "")
-                + ("_d" if self.drawn else ""))
+                + ("_h" if self.half_blocks else "") + ("_d" if self.drawn else ""))
 
 
 PARAMS = tuple(Param(f"tmap_{t}", b8, 128, 64) for t in TENSORS) + (
@@ -432,9 +430,8 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 b.tensor_load(address(q_buffer, q_box_offset(wg, db, cfg.head_dim)), tmap_q, coords(wg, db * BOX_COLS),
                               q_full)
 
-    def load_kv(ctx, kv_pipe, keys: Keys, j, policy):
-        """K and V block ``j`` of a run into the next stage once it is free (``policy``: an L2 cache
-        policy for the loads, or None)."""
+    def load_kv(ctx, kv_pipe, keys: Keys, j):
+        """K and V block ``j`` of a run into the next stage once it is free."""
         b = ctx.b
         if keys.before_load is not None:    # e.g. a peer's flag: probed while the stage is still read
             keys.before_load(j)
@@ -447,8 +444,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                 key = b.add(u32, key0, kk * BOX_ROWS, name="key")
                 for db in range(d_boxes):
                     offset = k_box_offset(db, kk, cfg.block_k) if x == "k" else v_box_offset(db, kk, cfg.head_dim)
-                    b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key), full,
-                                  policy=policy)
+                    b.tensor_load(address(tile, offset), keys.tmap(x), keys.coords(db * BOX_COLS, key), full)
         kv_pipe.advance(b)
 
     def loader(ctx, task):
@@ -456,7 +452,6 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
         blocks of the task's two runs in turn)."""
         b = ctx.b
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
-            policy = b.createpolicy("L2::evict_last", name="kv_policy") if cfg.kv_evict_last else None
             q_pipe, kv_pipe = pipelines(ctx)
             if cfg.flat:
                 first, last, slices = plan.slices(ctx, cfg, task)
@@ -470,10 +465,10 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
                         for j in b.range(0, b.max(u32, *runs.blocks, name="blocks"), name="kv"):
                             for blocks, keys in zip(runs.blocks, run_keys):
                                 with b.if_then(b.setp("lt", u32, j, blocks, name="run_has_block")):
-                                    load_kv(ctx, kv_pipe, keys, j, policy)
+                                    load_kv(ctx, kv_pipe, keys, j)
                     with one:
                         for j in b.range(0, runs.blocks[0], name="kv"):
-                            load_kv(ctx, kv_pipe, run_keys[0], j, policy)
+                            load_kv(ctx, kv_pipe, run_keys[0], j)
             else:
                 t = plan.task(ctx, task)
                 first_row = t.first_row(b, cfg)
@@ -482,7 +477,7 @@ def roles(cfg: Config, plan: Plan = Plan()) -> dict:
 
                 def run(keys: Keys):
                     for j in b.range(0, kv_blocks(ctx, cfg, first_row, t, keys), name="kv"):
-                        load_kv(ctx, kv_pipe, keys, j, policy)
+                        load_kv(ctx, kv_pipe, keys, j)
 
                 plan.keys(ctx, t, run, loader=True)
             q_pipe.advance(b)
