@@ -189,7 +189,8 @@ def sanitizer_summary(out: str) -> str:
 
 
 def bench_summary(out: str) -> str:
-    ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|\s*$", out, flags=re.M)
+    clock = r"(?:\s*[0-9n/a*]+\s*/\s*[0-9n/a*]+\s*\|)?"     # bench_attention's SM clock column, after the ratio
+    ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|" + clock + r"\s*$", out, flags=re.M)
     return ("last column " + " ".join(ratios[-6:])) if ratios else out.strip().splitlines()[-1][:90] if out.strip() else ""
 
 

@@ -113,6 +113,12 @@ class Device:
         return raw.split(b"\0", 1)[0].decode()
 
     @cached_property
+    def pci_bus_id(self) -> str:
+        """``domain:bus:device.function``, as nvidia-smi names the same GPU (whatever CUDA's ordinal)."""
+        raw = call("cuDeviceGetPCIBusId", 64, self.handle)
+        return raw.split(b"\0", 1)[0].decode()
+
+    @cached_property
     def cc(self) -> tuple[int, int]:
         return (self.attribute("COMPUTE_CAPABILITY_MAJOR"), self.attribute("COMPUTE_CAPABILITY_MINOR"))
 
