@@ -2,7 +2,8 @@
 0.90-1.09 at 2, bench_fused at faf65ed)? Each rank times, at bench_fused's shapes (A N x N/W, B N x N/W):
 the GEMM alone, the all-reduce alone, the two as one unit, and the fused kernel at the model's communicator
 count and at 2, 4, 8, 16: does any split pay (then the model is wrong), or does none (then the kernel
-loses time beyond its split: slab waits, flag polls, the joined tail)? Run under MPS (``python -m pkptx mps
+loses time beyond its split: slab waits, flag polls, the joined tail)? The unit is also split by an event
+between its two steps: which of them takes the time the unit costs beyond the steps timed apart? Run under MPS (``python -m pkptx mps
 run --ranks N -- mpirun -n N python probe/gemm_ar_mps_probe.py``). Rank 0 prints every rank's median ms.
 Not a test."""
 import os
@@ -13,14 +14,31 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 import pkptx  # noqa: E402
-from pkptx.bench.common import checked_ms  # noqa: E402
-from pkptx.launch import Device, Stream, SymmetricHeap, World, from_numpy  # noqa: E402
+from pkptx.bench.common import GPU_ONLY_NS, checked_ms  # noqa: E402
+from pkptx.launch import Device, Event, Stream, SymmetricHeap, World, from_numpy  # noqa: E402
+from pkptx.launch.timing import hold  # noqa: E402
 from pkptx.launch.occupancy import context_sm_count  # noqa: E402
 from rank_table import print_rank_table  # noqa: E402
 from pkptx.ops.gemm_plan import all_reduce_comm_sms  # noqa: E402
 
 SIZES = [int(s) for s in os.environ.get("AR_PROBE_SIZES", "4096,8192").split(",")]
 SPLITS = (2, 4, 8, 16)
+
+
+def split_ms(first, second, stream, repeats: int = 10) -> tuple[float, float]:
+    """Median ms of ``first()`` and of ``second()`` queued back to back as one unit (an event between
+    them), after the same GPU hold as the other rows."""
+    marks = [(Event(), Event(), Event()) for _ in range(repeats)]
+    for start, middle, end in marks:
+        hold(stream, GPU_ONLY_NS)
+        start.record(stream)
+        first()
+        middle.record(stream)
+        second()
+        end.record(stream)
+    pkptx.synchronize(stream)
+    return (float(np.median([s.elapsed_ms(m) for s, m, _ in marks])),
+            float(np.median([m.elapsed_ms(e) for _, m, e in marks])))
 
 
 def main():
@@ -45,6 +63,7 @@ def main():
         rows[f"N={n}: gemm"] = timed(gemm)
         rows[f"N={n}: all_reduce"] = timed(reduce)
         rows[f"N={n}: gemm then all_reduce"] = timed(lambda: (gemm(), reduce()))
+        rows[f"N={n}: in the unit, gemm"], rows[f"N={n}: in the unit, all_reduce"] = split_ms(gemm, reduce, stream)
         for c in sorted({model, *SPLITS}):
             fused = lambda c=c: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=c, fused=True, stream=stream)  # noqa
             fused()
