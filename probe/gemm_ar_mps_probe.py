@@ -64,6 +64,16 @@ def main():
         rows[f"N={n}: all_reduce"] = timed(reduce)
         rows[f"N={n}: gemm then all_reduce"] = timed(lambda: (gemm(), reduce()))
         rows[f"N={n}: in the unit, gemm"], rows[f"N={n}: in the unit, all_reduce"] = split_ms(gemm, reduce, stream)
+        if os.environ.get("AR_PROBE_AFTER"):    # is it the GEMM, a write of the buffer, or time busy before?
+            spin_ns = int(rows[f"N={n}: gemm"] * 1e6)
+            rows[f"N={n}: all_reduce after a GPU spin as long as the gemm"] = split_ms(
+                lambda: hold(stream, spin_ns), reduce, stream)[1]
+            scratch = rand(n, n)
+            rows[f"N={n}: all_reduce after a copy into its buffer"] = split_ms(
+                lambda: pkptx.bulk_copy(partial.local, scratch, stream=stream), reduce, stream)[1]
+            rows[f"N={n}: all_reduce after a fill of its buffer"] = split_ms(
+                lambda: partial.local.fill(0.5, stream=stream), reduce, stream)[1]
+            rows[f"N={n}: all_reduce after an all_reduce"] = split_ms(reduce, reduce, stream)[1]
         for c in sorted({model, *SPLITS}):
             fused = lambda c=c: pkptx.gemm_ar(a, b, world, out=ar_out, num_comm_sms=c, fused=True, stream=stream)  # noqa
             fused()
