@@ -1,7 +1,8 @@
 """The whole GPU check in one call: the GPU tests (single-process and under mpirun), then the
 benchmarks, then one short table. Run from the checkout on the GPU machine:
 
-    PKPTX_DISABLE_MULTICAST=1 python3 tools/gpu_check.py [--quick] [--only tests|bench] [--mps] [--steps a,b]
+    PKPTX_DISABLE_MULTICAST=1 python3 tools/gpu_check.py [--quick] [--only tests|bench] [--mps [--mps-total P]]
+        [--steps a,b]
 
 Each step has its own time limit, so one stuck step cannot eat the whole lease. Benchmarks append to
 bench/RESULTS.md; it and an archive of every step's log go to $OUT (or probe/out) after each step.
@@ -9,7 +10,9 @@ bench/RESULTS.md; it and an archive of every step's log go to $OUT (or probe/out
 ``--mps``: everything runs under a private MPS daemon (pkptx.launch.mps), so the ranks of a multi-rank
 step run at once, each on an equal SM share (the tests add 2 ranks at 30/70); the daemon is stopped at
 the end, also after a failure, and the script checks that it is gone. Without it, ranks sharing the GPU
-are time-sliced.
+are time-sliced. ``--mps-total P``: the benchmarks' equal shares add up to P percent of the SMs (default
+100): at 4 ranks x 25 % one rank's kernel at a time ran about twice as long while the others waited, at
+4 x 20 % none did (probe/gemm_ar_mps_probe.py, bench/RESULTS.md 2026-12-07).
 """
 from __future__ import annotations
 
@@ -58,12 +61,12 @@ def mpirun(ranks: int) -> list[str]:
     return ["mpirun", *root, "--oversubscribe", "-n", str(ranks), *forward]
 
 
-def benches(quick: bool, mps: bool) -> list[tuple[str, list[str], int, dict]]:
+def benches(quick: bool, mps: bool, mps_total: int = 100) -> list[tuple[str, list[str], int, dict]]:
     """(name, command, time limit, extra environment) per benchmark step. Under MPS the multi-rank
-    steps run at 2 and 4 ranks on equal SM shares."""
+    steps run at 2 and 4 ranks on equal SM shares adding up to ``mps_total`` percent."""
     q = ["--quick"] if quick else []
     plots = Path(os.environ.get("OUT", ROOT / "probe" / "out")) / "bench"      # the CLI's CSV, JSON and PNG
-    share = (lambda n: {"PKPTX_MPS_SHARES": ",".join([str(100 // n)] * n)}) if mps else (lambda n: {})
+    share = (lambda n: {"PKPTX_MPS_SHARES": ",".join([str(mps_total // n)] * n)}) if mps else (lambda n: {})
     coll = lambda n, top: (f"bench_collectives -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_collectives",  # noqa
                                                          "--record", "--max-bytes", str(1 << top)], 150, share(n))
     fused = lambda n, sizes: (f"bench_fused -n {n}", [*mpirun(n), sys.executable, "-m", "pkptx.bench.bench_fused", "--record",  # noqa
@@ -130,6 +133,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=("tests", "bench"))
     ap.add_argument("--mps", action="store_true", help="run everything under a private MPS daemon")
+    ap.add_argument("--mps-total", type=int, default=100, choices=range(8, 101), metavar="P",
+                    help="the benchmarks' MPS shares add up to P percent of the SMs (default 100)")
     ap.add_argument("--steps", help=f"comma-separated step names (default: ${BUDGET_ENV}, else all)")
     ap.add_argument("--total-s", type=float, default=None,
                     help="wall-clock budget for all steps: each step's limit is cut to what is left, and a step "
@@ -179,7 +184,7 @@ def plan(args) -> list[tuple]:
              for name, path, limit, select in TEST_GROUPS if (ROOT / path).exists()]
     sanitized = [(name, name, cmd, limit, {}, sanitizer_summary) for name, cmd, limit in SANITIZED]
     bench = [(name, name.replace(" -n ", "_n"), cmd, limit, extra, bench_summary)
-             for name, cmd, limit, extra in benches(args.quick, args.mps)]
+             for name, cmd, limit, extra in benches(args.quick, args.mps, args.mps_total)]
     return ([] if args.only == "bench" else tests + sanitized) + ([] if args.only == "tests" else bench)
 
 
