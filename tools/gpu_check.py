@@ -11,8 +11,8 @@ bench/RESULTS.md; it and an archive of every step's log go to $OUT (or probe/out
 step run at once, each on an equal SM share (the tests add 2 ranks at 30/70); the daemon is stopped at
 the end, also after a failure, and the script checks that it is gone. Without it, ranks sharing the GPU
 are time-sliced. ``--mps-total P``: the benchmarks' equal shares add up to P percent of the SMs (default
-100): at 4 ranks x 25 % one rank's kernel at a time ran about twice as long while the others waited, at
-4 x 20 % none did (probe/gemm_ar_mps_probe.py, bench/RESULTS.md 2026-12-07).
+pkptx.launch.mps.SHARED_TOTAL, 80: at 4 ranks x 25 % one rank's kernel at a time ran about twice as long
+while the others waited, at 4 x 20 % none did; probe/gemm_ar_mps_probe.py, bench/RESULTS.md 2026-12-07).
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def mpirun(ranks: int) -> list[str]:
     return ["mpirun", *root, "--oversubscribe", "-n", str(ranks), *forward]
 
 
-def benches(quick: bool, mps: bool, mps_total: int = 100) -> list[tuple[str, list[str], int, dict]]:
+def benches(quick: bool, mps: bool, mps_total: int | None) -> list[tuple[str, list[str], int, dict]]:
     """(name, command, time limit, extra environment) per benchmark step. Under MPS the multi-rank
     steps run at 2 and 4 ranks on equal SM shares adding up to ``mps_total`` percent."""
     q = ["--quick"] if quick else []
@@ -133,8 +133,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=("tests", "bench"))
     ap.add_argument("--mps", action="store_true", help="run everything under a private MPS daemon")
-    ap.add_argument("--mps-total", type=int, default=100, choices=range(8, 101), metavar="P",
-                    help="the benchmarks' MPS shares add up to P percent of the SMs (default 100)")
+    ap.add_argument("--mps-total", type=int, default=None, choices=range(8, 101), metavar="P",
+                    help="the benchmarks' MPS shares add up to P percent of the SMs (default: mps.SHARED_TOTAL)")
     ap.add_argument("--steps", help=f"comma-separated step names (default: ${BUDGET_ENV}, else all)")
     ap.add_argument("--total-s", type=float, default=None,
                     help="wall-clock budget for all steps: each step's limit is cut to what is left, and a step "
@@ -155,6 +155,7 @@ def main() -> int:
     else:
         sys.path.insert(0, str(ROOT))
         from pkptx.launch import mps
+        args.mps_total = args.mps_total or mps.SHARED_TOTAL
         daemon = mps.Daemon()
         try:
             daemon.start()

@@ -47,13 +47,19 @@ class MpsStatus:
     detail: str
 
 
+# The default equal shares of several ranks add up to this percent of the SMs. At 100 % (and at 92 %), in
+# every repeat one rank's kernel ran about twice as long as the others' and the others waited for it at
+# the next collective; at 80 % none did (4 ranks, H100, bench/RESULTS.md 2026-12-07).
+SHARED_TOTAL = 80
+
+
 def shares(n: int, split=None) -> list[int]:
-    """Per-rank SM percentages: ``100 // n`` each by default, or ``split`` (e.g. ``(30, 70)``), which
-    must have ``n`` entries in 1..100 adding up to at most 100 (so every rank's SMs can be resident)."""
+    """Per-rank SM percentages: ``SHARED_TOTAL // n`` each by default (100 for a single rank), or
+    ``split`` (e.g. ``(30, 70)``), which must have ``n`` entries in 1..100 adding up to at most 100."""
     if type(n) is not int or n < 1:
         raise MpsError(f"shares: n must be a positive int, got {n!r}")
     if split is None:
-        return [100 // n] * n
+        return [100] if n == 1 else [max(1, SHARED_TOTAL // n)] * n
     split = [int(s) for s in split]
     if len(split) != n or not all(1 <= s <= 100 for s in split) or sum(split) > 100:
         raise MpsError(f"shares: split must be {n} percentages in 1..100 adding up to at most 100, got {split}")

@@ -54,7 +54,8 @@ def fake_control(tmp_path, monkeypatch):
 @given(n=st.integers(1, 16))
 def test_equal_shares_fit_the_gpu(n):
     got = mps.shares(n)
-    assert len(got) == n and sum(got) <= 100 and min(got) >= 1 and max(got) - min(got) == 0
+    assert len(got) == n and min(got) >= 1 and max(got) - min(got) == 0
+    assert sum(got) == 100 if n == 1 else mps.SHARED_TOTAL - n < sum(got) <= mps.SHARED_TOTAL, "SMs left free"
 
 
 @pytest.mark.parametrize("n, split", [(2, (30, 80)), (2, (50,)), (0, None), (2, (0, 50)), (1, ("x",))])
@@ -103,7 +104,7 @@ def test_run_gives_the_command_the_daemon_and_the_shares(fake_control, tmp_path)
             f"os.environ['{mps.SHARES_ENV}'])")
     assert mps.main(["run", "--ranks", "3", "--", sys.executable, "-c", code]) == 0
     pipe, shares = probe.read_text().split()
-    assert shares == "33,33,33" and not os.path.exists(pipe)
+    assert shares == ",".join([str(mps.SHARED_TOTAL // 3)] * 3) == "26,26,26" and not os.path.exists(pipe)
 
 
 def test_without_the_control_binary_the_error_says_so(monkeypatch, tmp_path):
