@@ -46,9 +46,9 @@ def summarize(samples, start: float, end: float) -> str:
 
 
 class ClockSampler:
-    """``with ClockSampler(device) as clocks: w = clocks.window(fn)`` runs ``fn()`` inside a window;
-    after the ``with`` block, ``clocks.summary(w)`` is that window's clock (``n/a`` where nvidia-smi is
-    missing or printed nothing for this GPU)."""
+    """``with ClockSampler(device.pci_bus_id) as clocks: result, w = clocks.window(fn)`` runs ``fn()``
+    inside a window; after the ``with`` block, ``clocks.summary(w)`` is that window's clock (``n/a`` where
+    nvidia-smi is missing or printed nothing for this GPU)."""
 
     def __init__(self, bus_id: str):
         self.bus_id, self.windows, self.samples = bus_id, [], []
