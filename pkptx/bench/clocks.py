@@ -12,33 +12,44 @@ import subprocess
 import tempfile
 import time
 
-FIELDS = "timestamp,pci.bus_id,clocks.sm,clocks_event_reasons.active"
+FIELDS = "timestamp,pci.bus_id,clocks.sm,power.draw,clocks_event_reasons.active"
 OLD_FIELDS = FIELDS.replace("clocks_event_reasons", "clocks_throttle_reasons")     # drivers before 535
 CAPS = 0x04 | 0x08 | 0x20 | 0x40 | 0x80     # SW power cap, HW slowdown, SW/HW thermal, HW power brake
 PERIOD_MS = 50
 
 
-def parse(lines, bus_id: str) -> list[tuple[float, int, int]]:
-    """(host time, SM MHz, reasons bitmask) of each sample line of ``bus_id``'s GPU (CUDA's form of the
-    bus id, e.g. ``0000:18:00.0``; nvidia-smi prints the domain with 8 digits). Other lines are skipped."""
+def parse(lines, bus_id: str) -> list[tuple[float, int, int, float | None]]:
+    """(host time, SM MHz, reasons bitmask, board watts or None) of each sample line of ``bus_id``'s GPU
+    (CUDA's form of the bus id, e.g. ``0000:18:00.0``; nvidia-smi prints the domain with 8 digits). Other
+    lines are skipped."""
     samples = []
     for line in lines:
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 4 or not fields[1].lower().endswith(bus_id.lower().split(":", 1)[-1]):
+        if len(fields) != 5 or not fields[1].lower().endswith(bus_id.lower().split(":", 1)[-1]):
             continue
         try:
             when = datetime.datetime.strptime(fields[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            samples.append((when, int(fields[2]), int(fields[3], 16)))
+            sample = (when, int(fields[2]), int(fields[4], 16))
         except ValueError:
             continue
+        try:
+            watts = float(fields[3])
+        except ValueError:                  # "[N/A]" on boards that do not report it
+            watts = None
+        samples.append(sample + (watts,))
     return samples
+
+
+def within(samples, start: float, end: float) -> list:
+    """The samples taken in [start, end], with one sampling period of slack either side."""
+    slack = PERIOD_MS / 1000
+    return [s for s in samples if start - slack <= s[0] <= end + slack]
 
 
 def summarize(samples, start: float, end: float) -> str:
     """The median SM clock of the samples in [start, end] (one period of slack either side), with ``*``
     when a power or thermal cap was active in any of them; ``n/a`` without samples."""
-    slack = PERIOD_MS / 1000
-    inside = [s for s in samples if start - slack <= s[0] <= end + slack]
+    inside = within(samples, start, end)
     if not inside:
         return "n/a"
     mhz = statistics.median_low(s[1] for s in inside)
@@ -83,3 +94,7 @@ class ClockSampler:
 
     def summary(self, index: int) -> str:
         return summarize(self.samples, *self.windows[index])
+
+    def samples_of(self, index: int) -> list:
+        """The raw samples of window ``index`` (time, MHz, reasons, watts)."""
+        return within(self.samples, *self.windows[index])
