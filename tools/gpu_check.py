@@ -196,8 +196,29 @@ def sanitizer_summary(out: str) -> str:
 
 def bench_summary(out: str) -> str:
     clock = r"(?:\s*[0-9n/a*]+\s*/\s*[0-9n/a*]+\s*\|)?"     # bench_attention's SM clock column, after the ratio
+    speedups = speedup_column(out)
+    if speedups:
+        return "speedup " + " ".join(speedups[-8:])
     ratios = re.findall(r"\|\s*([0-9]+\.[0-9]+)\s*\|" + clock + r"\s*$", out, flags=re.M)
-    return ("last column " + " ".join(ratios[-6:])) if ratios else out.strip().splitlines()[-1][:90] if out.strip() else ""
+    if ratios:
+        return "last column " + " ".join(ratios[-6:])
+    return out.strip().splitlines()[-1][:90] if out.strip() else ""
+
+
+def speedup_column(out: str) -> list[str]:
+    """The "speedup" cells of every markdown table in ``out`` (the fused benchmarks' verdict, which is not
+    their last column)."""
+    cells, column = [], None
+    for line in out.splitlines():
+        if not line.startswith("|"):
+            column = None
+            continue
+        row = [cell.strip() for cell in line.strip("|").split("|")]
+        if column is None:
+            column = row.index("speedup") if "speedup" in row else -1
+        elif column >= 0 and not line.startswith("|-") and column < len(row):
+            cells.append(row[column])
+    return cells
 
 
 def steps(args, wanted: list, rows: list, logs: Path, out_dir: Path) -> None:
