@@ -84,6 +84,8 @@ def benches(quick: bool, mps: bool, mps_total: int | None) -> list[tuple[str, li
             ("bench_launch", [sys.executable, "-m", "pkptx.bench.bench_launch", "--record", *q], 150, {}),
             ("bench_gemm", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm"), "--record",
                             *q], 300, {}),
+            ("bench_gemm_fp8", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm_fp8"),
+                                "--record", "--fp8", *q], 300, {}),
             ("bench_gemm_quick", [sys.executable, "-m", "pkptx", "bench", "gemm", "--out", str(plots / "gemm_quick"),
                                   "--record", "--quick"], 120, {}),
             ("bench_tma", [sys.executable, "-m", "pkptx.bench.bench_tma", "--record", *q], 100, {}),

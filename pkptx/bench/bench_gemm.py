@@ -3,13 +3,15 @@ bf16 out, C = A·Bᵀ with A (M x K) and B (N x K), over a sweep of shapes: the 
 512-16384, small M (decode-like), K-heavy, LLM projections and odd tails. Random data; each shape is
 checked against an fp32 torch product before it is timed (a wrong one is reported, not timed, and the
 exit status is 1). Prints the geometric mean and the worst of
-the ratios. ``python -m pkptx bench gemm [--record] [--quick]`` (``--quick``: three shapes)."""
+the ratios. ``python -m pkptx bench gemm [--record] [--quick] [--fp8]`` (``--quick``: three shapes;
+``--fp8``: e4m3 inputs with per-tensor scales against torch._scaled_mm)."""
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 
-from .common import event_ms, parse_args, report
+from .common import event_ms, report
 from .progress import progress
 
 SHAPES = [
@@ -39,8 +41,36 @@ def summary(ratios: dict[str, float]) -> str:
     return f"geometric mean {geo:.3f} over {len(ratios)} shapes; worst {ratios[worst]:.3f} at {worst}"
 
 
+_said: list = []
+
+
+def fp8_operands(torch, m: int, n: int, k: int):
+    """(a, b, scale_a, scale_b, (a, b) as pkptx sees them) for an fp8 run: e4m3 A (M x K) and B (N x K)
+    from normal data scaled into e4m3's range, one-element f32 scales on the GPU; pkptx takes DLPack
+    views, or raw views of the same memory where this torch exports no fp8 DLPack (said once)."""
+    import ml_dtypes
+    from ..launch import DeviceArray, from_dlpack
+    a = (torch.randn(m, k, device="cuda") * 16).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 16).to(torch.float8_e4m3fn)
+    scale_a, scale_b = (torch.tensor([v], device="cuda", dtype=torch.float32) for v in (1 / 16, 1 / 16))
+    try:
+        views = from_dlpack(a), from_dlpack(b)
+    except Exception as exc:     # noqa: BLE001  (an older torch's DLPack knows no fp8)
+        if not _said:
+            print(f"torch {torch.__version__} exports no fp8 DLPack ({exc}); pkptx reads raw views")
+            _said.append(True)
+        views = tuple(DeviceArray.from_pointer(t.data_ptr(), tuple(t.shape), ml_dtypes.float8_e4m3fn, owner=t)
+                      for t in (a, b))
+    return a, b, scale_a, scale_b, views
+
+
 def main(argv=None) -> int:
-    args = parse_args(__doc__, argv)
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
+    ap.add_argument("--quick", action="store_true", help="three shapes, fewer repeats (a smoke run)")
+    ap.add_argument("--fp8", action="store_true", help="e4m3 inputs with per-tensor scales, bf16 out, against "
+                                                       "torch._scaled_mm (fast accumulation, as the kernel's)")
+    args = ap.parse_args(argv)
     import torch
     from ..launch import Device, Stream
     from ..launch.occupancy import context_sm_count
@@ -49,34 +79,47 @@ def main(argv=None) -> int:
     dev = Device.current()
     rows, ratios, wrong = [], {}, []
     for m, n, k in progress(QUICK if args.quick else SHAPES, "gemm shapes"):
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        gemm(a, b, c, stream=stream)
-        ref = a.float() @ b.float().T
+        if args.fp8:
+            a, b, scale_a, scale_b, (a_view, b_view) = fp8_operands(torch, m, n, k)
+            ours_fn = lambda: gemm(a_view, b_view, c, scale_a=scale_a, scale_b=scale_b, stream=stream)  # noqa: E731
+            theirs_fn = lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=torch.bfloat16,  # noqa: E731
+                                                 use_fast_accum=True)
+            ref_scale = (scale_a * scale_b).item()
+        else:
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            ours_fn = lambda: gemm(a, b, c, stream=stream)                  # noqa: E731
+            theirs_fn = lambda: torch.matmul(a, b.T, out=c)                 # noqa: E731
+            ref_scale = 1.0
+        ours_fn()
+        ref = (a.float() @ b.float().T) * ref_scale
         err = ((c.float() - ref).norm() / ref.norm()).item()
         del ref
         cfg = plan(m, n, k, "bf16", sm_count=context_sm_count(dev), smem_limit=dev.smem_per_block_optin,
-                   allow_swap=True)
+                   allow_swap=True, dtype="e4m3" if args.fp8 else "bf16")
         name = f"{m}x{n}x{k}"
         if not err < 1e-2:          # a wrong result is reported, never timed; the sweep goes on
             rows.append([name, cfg.label, f"WRONG {err:.1e}", "-", "-", "-", "-", "-"])
             wrong.append(name)
             continue
         repeats = 5 if args.quick else 30
-        ours = event_ms(lambda: gemm(a, b, c, stream=stream), stream, repeats=repeats)
-        theirs = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=repeats)
+        ours = event_ms(ours_fn, stream, repeats=repeats)
+        theirs = event_ms(theirs_fn, stream, repeats=repeats)
         flop = 2 * m * n * k
         ratios[name] = theirs / ours
         rows.append([name, cfg.label, f"{err:.1e}", ours, flop / ours / 1e9, theirs, flop / theirs / 1e9,
                      f"{theirs / ours:.3f}"])
     verdict = summary(ratios) + (f"; WRONG results (not timed): {', '.join(wrong)}" if wrong else "")
     print(verdict)
-    report("GEMM bf16: pkptx vs cuBLAS (torch.matmul)",
+    title, baseline = (("GEMM fp8 e4m3, per-tensor scales, bf16 out: pkptx vs cuBLAS (torch._scaled_mm, fast "
+                        "accumulation)", "torch._scaled_mm") if args.fp8 else
+                       ("GEMM bf16: pkptx vs cuBLAS (torch.matmul)", "torch.matmul"))
+    report(title,
            ["M x N x K", "tile/stages", "rel err", "pkptx ms", "pkptx TFLOP/s", "cuBLAS ms", "cuBLAS TFLOP/s",
             "ratio"], rows, "Median of CUDA-event timings (GPU time: a GPU spin before each repeat hides the host); "
-            "ratio = cuBLAS time / pkptx time (1.0 = parity); tile/stages: tile_m x tile_n / stages (/kS: S K "
-            f"slices, deterministic split-K); {verdict}.",
+            f"ratio = cuBLAS ({baseline}) time / pkptx time (1.0 = parity); tile/stages: tile_m x tile_n / stages "
+            f"(/kS: S K slices, deterministic split-K); {verdict}.",
            args.record)
     return 1 if wrong else 0
 

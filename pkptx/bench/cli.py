@@ -47,7 +47,7 @@ BENCHES = {
     "collectives": Bench("bench_collectives", "all-reduce, all-gather, reduce-scatter, all-to-all, 8 B to 1 GiB",
                          r"(all_reduce|all_gather|reduce_scatter|all_to_all) ",
                          PlotSpec("bytes", ("busbw GB/s", "NCCL busbw GB/s"), "busbw GB/s", "sizes"), mpi=True),
-    "gemm": Bench("bench_gemm", "pkptx.gemm against cuBLAS (needs torch)", r"GEMM bf16",
+    "gemm": Bench("bench_gemm", "pkptx.gemm against cuBLAS, bf16 or fp8 (needs torch)", r"GEMM (bf16|fp8)",
                   PlotSpec("M x N x K", ("pkptx TFLOP/s", "cuBLAS TFLOP/s"), "TFLOP/s", "bars")),
     "fused": Bench("bench_fused", "AG+GEMM, GEMM+RS, GEMM+AR against GEMM then collective", r"fused kernels",
                    PlotSpec("N", ("fused ms", "sequential ms", "cuBLAS+NCCL ms"), "ms", "sizes", "kernel", ylog=True),

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ..templates.gemm_parts import NARROW_STEP, TILE_K
+from ..templates.gemm_parts import FP8_TYPES, NARROW_STEP, k_block_elements
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -123,20 +123,22 @@ def fill(units: int, sm_count: int) -> float:
     return units / (-(-units // sm_count) * sm_count)
 
 
-def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count: int) -> float:
-    """Modelled seconds for ``cfg`` on an M x N x K problem (see the module docstring)."""
+def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count: int, dtype: str = "bf16") -> float:
+    """Modelled seconds for ``cfg`` on an M x N x K problem of ``dtype`` inputs (see the module
+    docstring). An fp8 k-block holds twice the K of a 16-bit one in the same bytes and its wgmma run at
+    twice the rate, so a k-block costs the same."""
     tiles = tiles_of(*cfg.kernel_problem(m, n), cfg.tile_m, cfg.tile_n)
-    k_blocks = -(-k // TILE_K)
+    k_blocks = -(-k // k_block_elements(dtype))
     units = tiles * cfg.splits
     waves = -(-units // sm_count)
     rate = TILE_RATE[cfg.tile_m, max(cfg.tile_n, 64)]      # a narrow tile: a 64-wide one's rate
-    block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * rate)
+    block_s = 2 * cfg.tile_m * cfg.tile_n * k_block_elements("bf16") / (PEAK_PER_SM * rate)
     epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
     unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + reduce_s
     compute_s = waves * unit_s + epilogue_s if cfg.pingpong else waves * (unit_s + epilogue_s)
     active = min(units, sm_count)
-    hbm_bytes = (m * k + n * k) * 2 + m * n * out_bytes
+    hbm_bytes = (m * k + n * k) * (1 if dtype in FP8_TYPES else 2) + m * n * out_bytes
     memory_s = hbm_bytes / min(HBM_BYTES_PER_S, active * SM_BYTES_PER_S)
     return max(compute_s, memory_s + TAIL_UNITS * (epilogue_s + reduce_s))
 
@@ -149,7 +151,7 @@ def k_split_of(tile_n: int) -> int:
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
                shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES,
-               allow_swap: bool = False) -> list[GemmConfig]:
+               allow_swap: bool = False, dtype: str = "bf16") -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep; then the ping-pong schedule of each tile in
@@ -157,7 +159,8 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     schedules (64 x M rounded up to 16, direct epilogue, at most one wave of units)."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
         idle = allow_split and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
-        return range(1, max(1, min(MAX_SPLITS, -(-k // TILE_K) // MIN_SLICE_BLOCKS) if idle else 1) + 1)
+        k_blocks = -(-k // k_block_elements(dtype))
+        return range(1, max(1, min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1) + 1)
 
     out = []
     for epilogue in epilogues:
@@ -179,13 +182,14 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
 
 @functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, out_dtype: str, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES, allow_swap: bool = False) -> GemmConfig:
+         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES, allow_swap: bool = False,
+         dtype: str = "bf16") -> GemmConfig:
     """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
     Memoized: weighing the candidates costs 30-150 us of Python, more than the launch it picks for."""
     out_bytes = 4 if out_dtype == "f32" else 2
     options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
-                         epilogues=epilogues, pingpong=pingpong, allow_swap=allow_swap)
-    return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count))
+                         epilogues=epilogues, pingpong=pingpong, allow_swap=allow_swap, dtype=dtype)
+    return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count, dtype))
 
 
 WHOLE_TILES = ((128, 256), (128, 128))     # what the fused and grouped kernels are built around

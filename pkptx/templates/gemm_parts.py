@@ -3,8 +3,9 @@ persistent tile order, one k-block of wgmma from a stage, and the epilogue that
 stages a warpgroup's accumulators in shared memory (128-byte swizzled 64-row sub-tiles) for TMA.
 
 Shared-memory operand layouts (all written by TMA with 128-byte swizzle):
-- A, and B given N x K ("nk"): K-major; a tile is rows of 64 elements (128 bytes), 8-row groups 1024
-  bytes apart; a K step of 16 elements moves the descriptor 32 bytes.
+- A, and B given N x K ("nk"): K-major; a tile is rows of 128 bytes (64 16-bit or 128 fp8 elements),
+  8-row groups 1024 bytes apart; a wgmma K step (16 16-bit or 32 fp8 elements) moves the descriptor 32
+  bytes.
 - B given K x N ("kn"): N-major; the tile is loaded as 64-column boxes of 64 K-rows each (8 KB); the
   descriptor's stride offset is the 1024 bytes between 8-row (K) groups, its leading offset the 8 KB
   between 64-column boxes; a K step of 16 moves it 16 rows (2048 bytes); wgmma transposes B.
@@ -17,6 +18,8 @@ from .lcsc import Ctx
 
 TILE_K = 64          # one 128-byte swizzle row of a 16-bit type
 K_STEP = 16          # wgmma K for 16-bit inputs
+STEP_BYTES = 32      # what one wgmma K step reads of a K-major row: 16 16-bit or 32 fp8 elements
+FP8_TYPES = ("e4m3", "e5m2")
 BOX_COLS = 64        # N-major B and C sub-tiles: 64 16-bit columns = 128 bytes
 SUBTILE_ROWS = 64
 NARROW_STEP = 16     # the narrowest tile_n and its step for K-major B (a swapped small-M problem's M)
@@ -49,11 +52,18 @@ def grouped_position(ctx: Ctx, tm, tn, group_m: int):
     return b.mad(u32, group, b.mul(u32, tiles_n, group_m, mode="lo"), inner, mode="lo", name="grouped_position")
 
 
+def k_block_elements(dtype: str) -> int:
+    """K elements of one k-block (one 128-byte swizzle row): 64 of a 16-bit type, 128 of fp8, whose wgmma
+    runs twice the FLOPs on the same bytes."""
+    return 2 * TILE_K if dtype in FP8_TYPES else TILE_K
+
+
 def mma_k_block(b: Builder, acc, a_tile: Reg, b_tile: Reg, *, n: int, dtype, b_layout: str, first) -> None:
-    """The four m64n<n>k16 wgmma of one 64-deep k-block; ``first`` (a predicate) zeroes ``acc``.
+    """The four wgmma of one 128-byte k-block (m64n<n>k16 for 16-bit inputs, m64n<n>k32 for fp8);
+    ``first`` (a predicate) zeroes ``acc``.
 
     PTX: ``wgmma.fence; 4 x wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<t>.<t> {acc}, descA, descB,
-    p, 1, 1, 0, tB; wgmma.commit_group;`` (the caller waits).
+    p, 1, 1, 0, tB; wgmma.commit_group;`` (the caller waits; fp8 takes no transpose operands).
     """
     mma_k_block_chains(b, (((acc,), a_tile),), b_tile, n=n, dtype=dtype, b_layout=b_layout, first=first)
 
@@ -66,17 +76,17 @@ def mma_k_block_chains(b: Builder, chains, b_tile: Reg, *, n: int, dtype, b_layo
     ``first`` zeroes each, and the caller sums them once the K loop is done)."""
     a_descs = [(accs, smem_desc(b, a_tile, name="a_desc")) for accs, a_tile in chains]
     if b_layout == "nk":
-        b_desc, b_step, trans_b = smem_desc(b, b_tile, name="b_desc"), 2 * K_STEP, 0
+        b_desc, b_step, trans_b = smem_desc(b, b_tile, name="b_desc"), STEP_BYTES, 0
     else:
         b_desc = smem_desc(b, b_tile, leading_bytes=SUBTILE_ROWS * 128, name="b_desc")
         b_step, trans_b = K_STEP * 128, 1
     keep = b.not_("pred", first, name="keep")
     always = b.setp("eq", u32, 0, 0, name="always")
     b.wgmma_fence()
-    for step in range(TILE_K // K_STEP):
+    for step in range(128 // STEP_BYTES):
         b_at = None
         for accs, a_desc in a_descs:
-            a_at = advance(b, a_desc, 2 * K_STEP * step)
+            a_at = advance(b, a_desc, STEP_BYTES * step)
             if b_at is None:
                 b_at = advance(b, b_desc, b_step * step)
             b.wgmma(accs[step % len(accs)], a_at, b_at, n=n, dtype=f32, atype=dtype,

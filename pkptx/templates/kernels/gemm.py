@@ -8,6 +8,11 @@ A is M x K row-major; B is N x K row-major (``b_layout="nk"``, C = A·Bᵀ) or K
 of 16, M any, N a multiple of 8 (16-byte rows for TMA); partial tiles are handled by TMA (zero fill on
 loads, clipping on stores).
 
+fp8 inputs (``dtype`` e4m3 or e5m2, B given N x K: wgmma reads 8-bit operands K-major only) run the same
+kernel on 128-element k-blocks (the same 128-byte rows) with m64nNk32 wgmma; C = scale_a · scale_b · A·Bᵀ,
+the two per-tensor scales read from f32 words in global memory (``scale_a``, ``scale_b`` parameters) and
+applied to the accumulators before the store.
+
 ``pingpong=True`` builds the ping-pong form: the two consumer warpgroups take whole tiles in turn (a
 128-row tile as two 64-row accumulator chains whose wgmma interleave), so one's epilogue runs while the
 other's K loop has the tensor cores.
@@ -30,8 +35,9 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import (BOX_COLS, NARROW_STEP, STAGING_BYTES, TILE_K, mma_k_block_chains, stage_accumulators,
-                          store_fragments, store_fragments_transposed, tile_of)
+from ..gemm_parts import (BOX_COLS, FP8_TYPES, NARROW_STEP, STAGING_BYTES, TILE_K, k_block_elements,
+                          mma_k_block_chains, stage_accumulators, store_fragments, store_fragments_transposed,
+                          tile_of)
 from ..lcsc import Buffer, Ring, Template
 from ..progress import TASK_COUNTER_PARAM, release_task_counter, task_counter_param
 from ..split_k import k_range, reduce_slab, slice_of
@@ -42,7 +48,7 @@ SMEM_LIMIT = 227 * 1024
 
 @dataclass(frozen=True)
 class Config:
-    dtype: str = "bf16"          # A and B
+    dtype: str = "bf16"          # A and B: bf16, f16, or fp8 (e4m3, e5m2; scaled, B N x K)
     out_dtype: str = "bf16"      # C: bf16, f16 or f32
     b_layout: str = "nk"         # "nk": B is N x K; "kn": B is K x N
     tile_m: int = 128            # 64 rows per consumer warpgroup
@@ -62,10 +68,12 @@ class Config:
                                  # where not every block of the grid is resident at once (an MPS share)
 
     def __post_init__(self):
-        if self.dtype not in ("bf16", "f16") or self.out_dtype not in ("bf16", "f32", "f16"):
-            raise PTXBuildError(f"gemm Config: dtype bf16/f16 and out_dtype bf16/f16/f32, got {self}")
+        if self.dtype not in ("bf16", "f16", *FP8_TYPES) or self.out_dtype not in ("bf16", "f32", "f16"):
+            raise PTXBuildError(f"gemm Config: dtype bf16/f16/e4m3/e5m2 and out_dtype bf16/f16/f32, got {self}")
         if self.b_layout not in ("nk", "kn"):
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
+        if self.scaled and self.b_layout != "nk":
+            raise PTXBuildError(f"gemm Config: fp8 wgmma reads B K-major only: it needs b_layout 'nk', got {self}")
         if self.tile_m not in (64, 128) or self.tile_n % NARROW_STEP or not NARROW_STEP <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of {NARROW_STEP} up to 256, "
                                 f"got {self}")
@@ -89,11 +97,21 @@ class Config:
 
     @property
     def a_bytes(self) -> int:
-        return self.tile_m * TILE_K * 2
+        return self.tile_m * 128            # a k-block: 128-byte rows
 
     @property
     def b_bytes(self) -> int:
-        return self.tile_n * TILE_K * 2
+        return self.tile_n * 128
+
+    @property
+    def k_elements(self) -> int:
+        """K elements of a k-block (:func:`..gemm_parts.k_block_elements`)."""
+        return k_block_elements(self.dtype)
+
+    @property
+    def scaled(self) -> bool:
+        """fp8 inputs: C carries the product of two per-tensor scales."""
+        return self.dtype in FP8_TYPES
 
     @property
     def consumers(self) -> int:
@@ -131,7 +149,7 @@ class Config:
     @property
     def b_box(self) -> tuple[int, int]:
         """The B tensor map's box (rows, columns) in B's own row-major layout."""
-        return (self.tile_n, TILE_K) if self.b_layout == "nk" else (TILE_K, BOX_COLS)
+        return (self.tile_n, self.k_elements) if self.b_layout == "nk" else (TILE_K, BOX_COLS)
 
     @property
     def c_box(self) -> tuple[int, int]:
@@ -143,6 +161,7 @@ GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param
 
 
 SPLIT_PARAMS = (Param("splits", u32), Param("split_ws", u64, pointer=True), Param("split_tickets", u64, pointer=True))
+SCALE_PARAMS = (Param("scale_a", u64, pointer=True), Param("scale_b", u64, pointer=True))
 
 
 def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), progress: bool = True,
@@ -154,7 +173,8 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
         raise PTXBuildError(f"{name}: drawn is the plain GEMM's (gemm.build); a composing kernel draws its tasks "
                             "through its own counters")
     return Template(
-        name, params=GEMM_PARAMS + (SPLIT_PARAMS if split else ()) + tuple(params), layouts=tuple(layouts),
+        name, params=GEMM_PARAMS + (SPLIT_PARAMS if split else ()) + (SCALE_PARAMS if cfg.scaled else ())
+        + tuple(params), layouts=tuple(layouts),
         tensor_maps=tuple(tensor_maps), buffers=(Buffer("split_ticket", 4 * cfg.consumers, 4),) if split else (),
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
@@ -169,12 +189,13 @@ class KLoop:
     k-block ring (full: the loader's A and B bytes; empty: one arrival per consumer warp), stepped (stage
     and phase registers: a compare and two selects per k-block, where a count of uses needs a division
     by a stage count that is not a power of two, between one wgmma batch and the next); ``k_blocks`` =
-    ceil(K / TILE_K); ``tiles_m``, the tile rows (the parameter, or what the composing kernel's prologue
-    counts)."""
+    ceil(K / k-block elements); ``tiles_m``, the tile rows (the parameter, or what the composing kernel's
+    prologue counts); ``scale``, fp8's scale_a · scale_b."""
     pipe: Pipeline | None = None
     k_blocks: Reg | None = None
     tiles_m: Reg | None = None
     turn: Reg | None = None          # ping-pong: the tiles the warpgroup has seen (whose turn: the parity)
+    scale: Reg | None = None
 
 
 def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b_extra) -> None:
@@ -184,7 +205,7 @@ def load_k_block(ctx, cfg: Config, loop: KLoop, kb, tmap_a, tmap_b, row, col, *b
     b, pipe = ctx.b, loop.pipe
     stage = pipe.acquire(b, deadline=ctx.deadline).stage
     full = pipe.commit(b, cfg.a_bytes + cfg.b_bytes, stage=stage)
-    k0 = b.mul(u32, kb, TILE_K, mode="lo", name="k0")
+    k0 = b.mul(u32, kb, cfg.k_elements, mode="lo", name="k0")
     a_dst = b.mad(u32, stage, cfg.a_bytes, ctx.smem["smem_a"], mode="lo", name="a_dst")
     b_dst = b.mad(u32, stage, cfg.b_bytes, ctx.smem["smem_b"], mode="lo", name="b_dst")
     b.tensor_load(address(a_dst), tmap_a, (k0, row), full)
@@ -206,6 +227,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     prologue puts its registers, for a kernel that reads them too."""
     loop = loop or KLoop()
     tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
+    if cfg.scaled:
+        store = scaled(store, loop)
 
     def unit(ctx, task):
         """(tile row, tile column, first k-block, end k-block, tile index, K slice) of a task."""
@@ -222,7 +245,10 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         for operand in ("tmap_a", "tmap_b"):        # the first loads need not fetch the descriptors
             b.prefetch(tensor_map_param(b, operand), level="tensormap", pred=first_thread)
         loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"]).stepped(b)
-        loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, TILE_K - 1), TILE_K, name="k_blocks")
+        loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, cfg.k_elements - 1), cfg.k_elements, name="k_blocks")
+        if cfg.scaled:
+            loop.scale = b.mul(f32, b.ld(f32, address(ctx.p.scale_a), space="global", name="scale_a"),
+                               b.ld(f32, address(ctx.p.scale_b), space="global", name="scale_b"), name="scale")
         loop.tiles_m = ctx.p.tiles_m
         if cfg.pingpong:
             loop.turn = b.mov(u32, 0, name="tiles_seen")
@@ -328,6 +354,16 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
 
 
+def scaled(store, loop: KLoop):
+    """The store hook ``store`` after multiplying the finished accumulators by fp8's scale_a · scale_b
+    (once per output: after the split-K sum, on the warpgroup that stores)."""
+    def store_scaled(ctx, acc, *where, **options):
+        for value in acc:
+            ctx.b.mul(f32, value, loop.scale, into=value)
+        store(ctx, acc, *where, **options)
+    return store_scaled
+
+
 def slab_origin(ctx, cfg: Config, tm, tn, slab):
     """(first row, first column) of 64-row slab ``slab`` of tile (tm, tn) (a warpgroup's, or in ping-pong
     one of its chains)."""
@@ -423,3 +459,6 @@ def catalog():
     yield build(Config(tile_m=64, tile_n=16, stages=12, epilogue="direct", transpose_c=True, k_split=4))
     yield build(Config(tile_m=64, tile_n=128, stages=8, k_split=2))
     yield build(Config(tile_n=192, stages=4, pingpong=True))
+    yield build(Config(dtype="e4m3"))
+    yield build(Config(dtype="e5m2", tile_m=64, tile_n=128, stages=8, split_k=True, out_dtype="f32", k_split=2))
+    yield build(Config(dtype="e4m3", tile_m=64, tile_n=16, stages=12, epilogue="direct", transpose_c=True, k_split=4))
