@@ -8,7 +8,6 @@ import numpy as np
 
 from pkptx.interp.tensormap import tiled
 from pkptx.interp.world import World
-from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.progress import flag_words
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
@@ -55,7 +54,7 @@ class Ranks:
     def gemm_values(self, cfg, a_ptr: int, b: np.ndarray, rank: int, m: int, n: int, k: int) -> dict:
         """The GEMM parameters of ``pkptx.ops.fused``: A's map at ``a_ptr``, B copied onto the rank."""
         b_dev = self.world.machine.from_numpy(b, name="b", rank=rank)
-        return dict(tmap_a=self.tensor_map(a_ptr, b.dtype, (m, k), (cfg.tile_m, TILE_K)),
+        return dict(tmap_a=self.tensor_map(a_ptr, b.dtype, (m, k), (cfg.tile_m, cfg.k_elements)),
                     tmap_b=self.tensor_map(b_dev.base, b.dtype, b.shape, cfg.b_box), k=k,
                     tiles_m=-(-m // cfg.tile_m), tiles_n=-(-n // cfg.tile_n))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import assume, example, given, settings
@@ -17,6 +18,7 @@ from pkptx.templates.kernels import ag_gemm, gemm, gemm_ar, gemm_rs
 
 from .harness import DTYPES, Ranks, assert_close, assert_rel, inputs
 
+FP8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 SMALL = gemm.Config(tile_m=64, tile_n=64, stages=2)
 AR_TILE = gemm.Config(tile_m=128, tile_n=128, stages=2)    # gemm_ar reduces a tile in whole 256 x 8-vector steps
 
@@ -50,6 +52,28 @@ def test_gemm_128x256x64(layout, out_dtype):
     ranks.run()
     got = c_dev.read(DTYPES[out_dtype], (m, n))
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
+
+
+@pytest.mark.parametrize("dtype, out_dtype, tile_n", [("e4m3", "bf16", 128), ("e5m2", "f32", 64)])
+def test_fp8_gemm_scaled(dtype, out_dtype, tile_n):
+    """fp8 A and B (two 128-deep k-blocks, a short last tile row and column) with per-tensor scales read
+    from global memory: C = scale_a · scale_b · A·Bᵀ."""
+    m, n, k = 120, 2 * tile_n - 8, 256
+    cfg = gemm.Config(dtype=dtype, out_dtype=out_dtype, tile_m=64, tile_n=tile_n, stages=2)
+    ranks = Ranks(1, seed=4)
+    rng = np.random.default_rng(9)
+    a, b = (rng.standard_normal(shape, dtype=np.float32).astype(FP8[dtype]) for shape in ((m, k), (n, k)))
+    scale_a, scale_b = np.float32(0.75), np.float32(-2.5)
+    mach = ranks.world.machine
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 4, name="c")
+    scales = {name: mach.from_numpy(np.array([v], np.float32), name=name).base
+              for name, v in (("scale_a", scale_a), ("scale_b", scale_b))}
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=2, smem=cfg.smem_bytes, num_comm_sms=0,
+                 tmap_c=ranks.tensor_map(c_dev.base, DTYPES[out_dtype], (m, n), cfg.c_box), **values, **scales)
+    ranks.run()
+    ref = gemm.reference(a, b) * float(scale_a * scale_b)
+    assert_close(c_dev.read(DTYPES[out_dtype], (m, n)), ref, out_dtype, 1, "C")
 
 
 @settings(max_examples=8, deadline=None)
