@@ -47,7 +47,9 @@ TEST_GROUPS = [("gemm", "tests/templates/test_gemm_gpu.py", 120, None),
                ("graph", "tests/templates/test_graph_gpu.py", 300, None),
                ("graph_quick", "tests/templates/test_graph_gpu.py", 180, "2rank and not mps or refused")]
 SANITIZED = [("sanitizer", ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "3", sys.executable,
-                            "probe/attention_smoke.py", "--small"], 300)]   # memcheck on a small case
+                            "probe/attention_smoke.py", "--small"], 300),   # memcheck on a small case
+             ("sanitizer_gemm", ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "3", sys.executable,
+                                 "probe/gemm_smoke.py"], 300)]
 BUDGET_ENV = "PKPTX_GPU_CHECK_STEPS"     # comma-separated step names to run (default: all)
 
 
