@@ -6,10 +6,7 @@ thread t's accumulator quad q at ``(q * 128 + t) * 16`` bytes, so every access i
 vector), then takes a ticket on its slab's counter. The warpgroup that draws the last ticket sums the
 ``splits`` partials in slice order 0, 1, ..., splits-1 (always that order, whichever block arrives last:
 the result has the same bits run to run), resets the counter to 0 for the next launch and stores C.
-Nobody waits for anybody, so the kernel progresses however few of its blocks are resident. A last
-arriver that holds slice 0 or 1 reads only the other partials: ``p1 + p0`` has the bits of ``p0 + p1``
-(addition commutes; only the grouping of three or more terms must stay fixed), so it starts from its
-own registers (at two slices, always: half the reads).
+Nobody waits for anybody, so the kernel progresses however few of its blocks are resident.
 
 Memory ordering per slab: every thread's ``st.global`` of the partial, ``bar.sync`` of the warpgroup
 (orders them before the leader's release), the leader's ``atom.acq_rel.gpu.global.add.u32`` on the
@@ -54,9 +51,8 @@ def reduce_slab(b: Builder, acc, *, tile_n: int, slab, k_slice, splits, workspac
     PTX (per thread, quad q): ``st.global.v4.f32 [slot + 16*(128q + t)], {acc}; bar.sync id, 128;
     @leader atom.acq_rel.gpu.global.add.u32 old, [ticket], 1; @leader st.shared.u32 [bcast], old;
     bar.sync id, 128; ld.shared.u32 old, [bcast]; setp.eq.u32 last, old, splits - 1;`` then, on the last
-    arriver: ``@leader st.relaxed.gpu.global.u32 [ticket], 0;``, then ``ld.global.v4.f32`` + ``add.rn.f32``
-    of slot 1 - j into ``acc`` where it holds slice j < 2 (else ``acc`` = slot 0 + slot 1, reloaded), and
-    of slots 2..splits-1 in order.
+    arriver: ``@leader st.relaxed.gpu.global.u32 [ticket], 0;`` and ``ld.global.v4.f32`` + ``add.rn.f32``
+    over slots 0..splits-1.
     """
     quads = tile_n // 8
     first_slot = b.mul(u32, slab, splits, mode="lo", name="first_slot")
@@ -82,24 +78,13 @@ def reduce_slab(b: Builder, acc, *, tile_n: int, slab, k_slice, splits, workspac
     with b.if_then(last, uniform=True):
         # Every slice has arrived: nobody touches the counter again in this launch.
         b.st(u32, address(counter), 0, space="global", sem=Sem.RELAXED, scope=Scope.GPU, pred=leader)
-
-        def add_slot(slot):
-            part = slot_base(slot)
+        base = slot_base(first_slot)
+        for q in range(quads):
+            b.ld(f32, address(base, q * QUAD_BYTES), space="global", vec=4, into=Vec(acc.items[4 * q:4 * q + 4]))
+        for s in b.range(1, splits, name="slice_sum"):
+            part = slot_base(b.add(u32, first_slot, s))
             for q in range(quads):
                 v = b.ld(f32, address(part, q * QUAD_BYTES), space="global", vec=4, name="partial")
                 for j in range(4):
                     b.add(f32, acc[4 * q + j], v[j], rnd="rn", into=acc[4 * q + j])
-
-        several = b.setp("gt", u32, splits, 1, name="several_slices")      # one slice: acc is the sum
-        first_pair = b.setp("lt", u32, k_slice, 2, combine="and", c=several, name="holds_first_pair")
-        reload = b.setp("ge", u32, k_slice, 2, combine="and", c=several, name="reloads")
-        with b.if_then(first_pair, uniform=True):      # acc = p_j, j in {0, 1}: + p_(1-j) gives p0 + p1's bits
-            add_slot(b.add(u32, first_slot, b.xor("b32", k_slice, 1), name="pair_slot"))
-        with b.if_then(reload, uniform=True):
-            base = slot_base(first_slot)
-            for q in range(quads):
-                b.ld(f32, address(base, q * QUAD_BYTES), space="global", vec=4, into=Vec(acc.items[4 * q:4 * q + 4]))
-            add_slot(b.add(u32, first_slot, 1, name="second_slot"))
-        for s in b.range(2, splits, name="slice_sum"):
-            add_slot(b.add(u32, first_slot, s))
     return last
