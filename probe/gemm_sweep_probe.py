@@ -8,7 +8,10 @@ per candidate: modelled and measured microseconds, TFLOP/s, cuBLAS time / ours, 
 model's choice; per shape, the model's pick against the fastest.
 Stops starting new shapes after ``--budget`` seconds (default 100). Needs a GPU and torch.
 
+``--fp8``: e4m3 inputs (unit scales) against torch._scaled_mm with fast accumulation.
+
     python probe/gemm_sweep_probe.py [--budget 100] [--repeats 7] [--shapes 128x8192x8192,...] [--narrow 64x32,...]
+                                     [--fp8]
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list (default: the built-in list)")
     ap.add_argument("--narrow", default="", help="comma-separated tile shapes narrower than 64 (e.g. 64x32), "
                                                  "unswapped, direct epilogue, weighed beside the candidates")
+    ap.add_argument("--fp8", action="store_true", help="e4m3 inputs against torch._scaled_mm (fast accumulation)")
     args = ap.parse_args(argv)
     import torch
 
@@ -54,18 +58,22 @@ def main(argv=None) -> int:
         if time.monotonic() - start > args.budget:
             print(f"# budget of {args.budget:.0f} s spent; shapes left out: {shapes[len(picks):]}")
             break
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        dtype = "e4m3" if args.fp8 else "bf16"
+        a, b = (torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn if args.fp8 else torch.bfloat16)
+                for rows in (m, n))
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         ref = a.float() @ b.float().T
         flop = 2 * m * n * k
-        cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
-        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, allow_swap=True)
+        one = torch.ones(1, device="cuda")
+        baseline = ((lambda: torch._scaled_mm(a, b.T, one, one, out_dtype=torch.bfloat16, use_fast_accum=True))
+                    if args.fp8 else (lambda: torch.matmul(a, b.T, out=c)))
+        cublas = event_ms(baseline, stream, repeats=args.repeats)
+        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, allow_swap=True, dtype=dtype)
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
         for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
-                              epilogues=("tma", "direct"), allow_swap=True) + extra:
+                              epilogues=("tma", "direct"), allow_swap=True, dtype=dtype) + extra:
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()
@@ -74,7 +82,7 @@ def main(argv=None) -> int:
             same = bool(torch.equal(first.view(torch.int16), c.view(torch.int16)))
             ours = event_ms(lambda cfg=cfg: gemm(a, b, c, stream=stream, config=cfg), stream, repeats=args.repeats)
             mark = "*" if cfg == chosen else ""
-            print(f"{name} | {cfg.label}{mark} | {estimate_s(cfg, m, n, k, 2, sms) * 1e6:.1f} | {ours * 1e3:.1f} | "
+            print(f"{name} | {cfg.label}{mark} | {estimate_s(cfg, m, n, k, 2, sms, dtype) * 1e6:.1f} | {ours * 1e3:.1f} | "
                   f"{flop / ours / 1e9:.0f} | {cublas / ours:.3f} | {err:.1e} | {'yes' if same else 'NO'}")
             if best is None or ours < best[1]:
                 best = (cfg, ours)
