@@ -50,6 +50,7 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
 }
+FP8_TILE_RATE = dict(TILE_RATE)  # fp8 inputs: the same shares of twice the FLOP rate until a sweep refits them
 DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
 PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
@@ -131,7 +132,7 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     k_blocks = -(-k // k_block_elements(dtype))
     units = tiles * cfg.splits
     waves = -(-units // sm_count)
-    rate = TILE_RATE[cfg.tile_m, max(cfg.tile_n, 64)]      # a narrow tile: a 64-wide one's rate
+    rate = tile_rate(cfg.tile_m, max(cfg.tile_n, 64), dtype)      # a narrow tile: a 64-wide one's rate
     block_s = 2 * cfg.tile_m * cfg.tile_n * k_block_elements("bf16") / (PEAK_PER_SM * rate)
     epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
@@ -141,6 +142,12 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     hbm_bytes = (m * k + n * k) * (1 if dtype in FP8_TYPES else 2) + m * n * out_bytes
     memory_s = hbm_bytes / min(HBM_BYTES_PER_S, active * SM_BYTES_PER_S)
     return max(compute_s, memory_s + TAIL_UNITS * (epilogue_s + reduce_s))
+
+
+def tile_rate(tile_m: int, tile_n: int, dtype: str = "bf16") -> float:
+    """The tile shape's sustained share of the peak: TILE_RATE for 16-bit inputs, FP8_TILE_RATE for fp8
+    (whose k-blocks hold twice the K at twice the FLOP rate)."""
+    return (FP8_TILE_RATE if dtype in FP8_TYPES else TILE_RATE)[tile_m, tile_n]
 
 
 def k_split_of(tile_n: int) -> int:
