@@ -10,7 +10,7 @@ m, n, k = 1024, 512, 256
 rng = np.random.default_rng(world.rank)
 a = from_numpy(rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16))
 b = from_numpy(rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16))
-c = pkptx.gemm(a, b)                                   # C = A·Bᵀ (b_layout="kn": C = A·B), bf16/f16, fp32 accumulate
+c = pkptx.gemm(a, b)                                   # C = A·Bᵀ (b_layout="kn": C = A·B), bf16/f16/fp8, fp32 accumulate
 
 heap = SymmetricHeap(world, 1 << 28)                   # reserved once; buffers need no new IPC
 x = heap.alloc((m, n), "bfloat16")                     # same shape on every rank, checked collectively

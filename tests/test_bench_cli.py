@@ -253,16 +253,18 @@ def test_select_takes_the_newest_section_of_each_title():
 def test_gemm_plot_from_the_recorded_results(tmp_path, capsys):
     rc, out, err = run_cli(capsys, "gemm", "--from", str(RESULTS_MD), "--out", str(tmp_path))
     assert rc == 0, err
-    (record,) = cli.select(results.parse_markdown(RESULTS_MD.read_text()), cli.BENCHES["gemm"], None)
-    stem = results.stems([record])[0]
-    assert record.title in out and record.where in out and "pkptx TFLOP/s" in out
-    png = (tmp_path / f"{stem}.png").read_bytes()
-    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
-    with (tmp_path / f"{stem}.csv").open() as f:
-        grid = list(csv.reader(f))
-    tflops = np.array([float(row[record.headers.index("pkptx TFLOP/s")]) for row in grid[1:]])
-    assert np.array_equal(tflops, np.array(record.column("pkptx TFLOP/s"), dtype=float))
-    assert json.loads((tmp_path / "results.json").read_text())["records"][0]["title"] == record.title
+    picked = cli.select(results.parse_markdown(RESULTS_MD.read_text()), cli.BENCHES["gemm"], None)
+    assert sorted(r.title.split(":")[0] for r in picked) == ["GEMM bf16", "GEMM fp8 e4m3, per-tensor scales, bf16 out"]
+    for record, stem in zip(picked, results.stems(picked)):
+        assert record.title in out and record.where in out and "pkptx TFLOP/s" in out
+        png = (tmp_path / f"{stem}.png").read_bytes()
+        assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+        with (tmp_path / f"{stem}.csv").open() as f:
+            grid = list(csv.reader(f))
+        tflops = np.array([float(row[record.headers.index("pkptx TFLOP/s")]) for row in grid[1:]])
+        assert np.array_equal(tflops, np.array(record.column("pkptx TFLOP/s"), dtype=float))
+    recorded = json.loads((tmp_path / "results.json").read_text())["records"]
+    assert [r["title"] for r in recorded] == [r.title for r in picked]
 
 
 @pytest.mark.parametrize("name", ["collectives", "fused", "copy"])
