@@ -50,12 +50,11 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
 }
-FP8_TILE_RATE = {**TILE_RATE,    # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192
-                 (128, 192): 0.96, (128, 128): 0.92}    # columns keep closer to 128 x 256 than in bf16 (set by
-                 # hand on probe/data/gemm_sweep_fp8_2026-12-07.txt, H100: the sweep's geometric-mean regret
-                 # 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 in 0.99 of cuBLAS's time instead of k2 on
-                 # 128 x 256 in 0.90; probe/gemm_fit.py --fp8's own fit also raised 64 x 256 to 0.92, which
-                 # lost 6 % at 256x8192x8192)
+# fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
+# than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
+# regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
+# 128 x 256 at 0.90 (probe/gemm_fit.py --fp8's own fit also raised 64 x 256 to 0.92: 6 % lost at 256x8192x8192).
+FP8_TILE_RATE = {**TILE_RATE, (128, 192): 0.96, (128, 128): 0.92}
 DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
 PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
