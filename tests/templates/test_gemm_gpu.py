@@ -207,7 +207,6 @@ def _disassembler():
     return None
 
 
-@pytest.mark.gpu          # needs no GPU, but the CUDA toolkit: the GPU machines have it, gpu_check runs -m gpu
 @pytest.mark.parametrize("cfg", [kernel.Config(), kernel.Config(b_layout="kn"), kernel.Config(out_dtype="f32"),
                                  kernel.Config(split_k=True), kernel.Config(tile_m=64, stages=5, split_k=True),
                                  kernel.Config(epilogue="direct"), kernel.Config(tile_n=192, pingpong=True),
