@@ -41,27 +41,13 @@ def summary(ratios: dict[str, float]) -> str:
     return f"geometric mean {geo:.3f} over {len(ratios)} shapes; worst {ratios[worst]:.3f} at {worst}"
 
 
-_said: list = []
-
-
 def fp8_operands(torch, m: int, n: int, k: int):
-    """(a, b, scale_a, scale_b, (a, b) as pkptx sees them) for an fp8 run: e4m3 A (M x K) and B (N x K)
-    from normal data scaled into e4m3's range, one-element f32 scales on the GPU; pkptx takes DLPack
-    views, or raw views of the same memory where this torch exports no fp8 DLPack (said once)."""
-    import ml_dtypes
-    from ..launch import DeviceArray, from_dlpack
+    """(a, b, scale_a, scale_b) for an fp8 run: e4m3 A (M x K) and B (N x K) from normal data scaled into
+    e4m3's range, and one-element f32 scales on the GPU (pkptx takes all four through DLPack)."""
     a = (torch.randn(m, k, device="cuda") * 16).to(torch.float8_e4m3fn)
     b = (torch.randn(n, k, device="cuda") * 16).to(torch.float8_e4m3fn)
-    scale_a, scale_b = (torch.tensor([v], device="cuda", dtype=torch.float32) for v in (1 / 16, 1 / 16))
-    try:
-        views = from_dlpack(a), from_dlpack(b)
-    except Exception as exc:     # noqa: BLE001  (an older torch's DLPack knows no fp8)
-        if not _said:
-            print(f"torch {torch.__version__} exports no fp8 DLPack ({exc}); pkptx reads raw views")
-            _said.append(True)
-        views = tuple(DeviceArray.from_pointer(t.data_ptr(), tuple(t.shape), ml_dtypes.float8_e4m3fn, owner=t)
-                      for t in (a, b))
-    return a, b, scale_a, scale_b, views
+    scale_a, scale_b = (torch.tensor([1 / 16], device="cuda", dtype=torch.float32) for _ in range(2))
+    return a, b, scale_a, scale_b
 
 
 def main(argv=None) -> int:
@@ -81,8 +67,8 @@ def main(argv=None) -> int:
     for m, n, k in progress(QUICK if args.quick else SHAPES, "gemm shapes"):
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         if args.fp8:
-            a, b, scale_a, scale_b, (a_view, b_view) = fp8_operands(torch, m, n, k)
-            ours_fn = lambda: gemm(a_view, b_view, c, scale_a=scale_a, scale_b=scale_b, stream=stream)  # noqa: E731
+            a, b, scale_a, scale_b = fp8_operands(torch, m, n, k)
+            ours_fn = lambda: gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, stream=stream)  # noqa: E731
             theirs_fn = None if (m | n | k) % 16 else (                  # _scaled_mm takes multiples of 16
                 lambda: torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True))
             ref_scale = (scale_a * scale_b).item()

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ..templates.gemm_parts import FP8_TYPES, NARROW_STEP, k_block_elements
+from ..templates.gemm_parts import FP8_TYPES, NARROW_STEP, TILE_K, k_block_elements
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -137,7 +137,7 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     units = tiles * cfg.splits
     waves = -(-units // sm_count)
     rate = tile_rate(cfg.tile_m, max(cfg.tile_n, 64), dtype)      # a narrow tile: a 64-wide one's rate
-    block_s = 2 * cfg.tile_m * cfg.tile_n * k_block_elements("bf16") / (PEAK_PER_SM * rate)
+    block_s = 2 * cfg.tile_m * cfg.tile_n * TILE_K / (PEAK_PER_SM * rate)     # a 16-bit k-block at the 16-bit peak
     epilogue_s = cfg.tile_m * cfg.tile_n * out_bytes / EPILOGUE_BYTES_PER_S[cfg.epilogue]
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
     unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + reduce_s
