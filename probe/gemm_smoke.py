@@ -1,5 +1,6 @@
 """Quick GPU check of pkptx.gemm on small odd shapes, one per path the sweep and the tests rely on
-(split-K with 2 and 4 slices, fp8 plain / split / swapped, f32 out): relative error against float64,
+(split-K with 2 and 4 slices, fp8 plain / split / swapped, f32 out, stream-K, a tile width whose last
+columns are stored from registers): relative error against float64,
 PASS/FAIL, exit 1 on a FAIL. What compute-sanitizer runs in tools/gpu_check.py."""
 import os
 import sys
@@ -20,6 +21,8 @@ CASES = [   # (m, n, k, input dtype, output dtype, schedule)
     (300, 520, 1040, "e4m3", "bf16", None),
     (130, 264, 8192, "e4m3", "bf16", GemmConfig(128, 256, 4, 3)),
     (9, 1000, 2048, "e5m2", "f32", GemmConfig(64, 16, 12, 2, epilogue="direct", swap=True, k_split=4)),
+    (2000, 1000, 4000, "bf16", "bf16", GemmConfig(64, 128, 8, k_split=2, stream_k=True)),
+    (777, 1288, 4096, "bf16", "f32", GemmConfig(128, 224, 4)),
 ]
 
 

@@ -17,7 +17,7 @@ from ..launch.status import device_status, device_timeout_ns
 from ..templates.gemm_parts import FP8_TYPES, k_block_elements
 from ..templates.kernels import gemm as kernel
 from .common import ArgumentError, dtype_name, load
-from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, workspace_bytes
+from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, stream_k_split, workspace_bytes
 from .launches import array, launch, task_counter, tensor_map
 
 
@@ -95,11 +95,13 @@ def check_config(cfg, m: int, n: int, k: int, dtype: str, out_dtype: str, b_layo
 _workspaces: dict = {}
 
 
-def _split_workspace(device: Device, stream, cfg: GemmConfig, m: int, n: int) -> tuple[DeviceArray, DeviceArray]:
-    """(f32 partials, u32 ticket counters) for a split-K launch, one pair per device and stream, grown
-    on demand. The counters are zeroed once: every launch leaves them at 0 again (the last slice of a
-    slab resets its counter), so calls need no memset; launches on one stream never overlap."""
-    part_bytes, slabs = workspace_bytes(cfg, m, n)
+def _split_workspace(device: Device, stream, cfg: GemmConfig, m: int, n: int,
+                     workers: int) -> tuple[DeviceArray, DeviceArray]:
+    """(f32 partials, u32 ticket counters) for a split-K or stream-K launch, one pair per device and
+    stream, grown on demand. The counters are zeroed once: every launch leaves them at 0 again (the
+    arrival that completes a slab resets its counter), so calls need no memset; launches on one stream
+    never overlap."""
+    part_bytes, slabs = workspace_bytes(cfg, m, n, workers)
     s = as_stream(stream)
     key = (device.ordinal, s.handle)
     have = _workspaces.get(key)
@@ -186,13 +188,21 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout, scale_a, 
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "gemm: timeout"), num_comm_sms=0, **scales)
     if cfg.epilogue == "tma":
         values.update(tmap_c=tensor_map(out, cfg.c_box))
-    else:
+    if cfg.epilogue == "direct" or cfg.c_tail:
         values.update(c=out.ptr, m=rows, n=cols)
     if cfg.drawn:
         values.update(task_counter=task_counter("gemm", stream).ptr)
     if cfg.split_k:                      # the launch keeps its workspace (arrays, not addresses)
-        partials, tickets = _split_workspace(device, stream, schedule, m, n)
+        partials, tickets = _split_workspace(device, stream, schedule, m, n, grid)
         values.update(splits=schedule.splits, split_ws=partials, split_tickets=tickets)
+    if cfg.stream_k:
+        split = stream_k_split(tiles_m * tiles_n, -(-k // cfg.k_elements), grid)
+        if split is None:
+            raise GemmArgumentError(f"gemm: config {schedule.label} (stream-K) needs whole waves of tiles before a "
+                                    f"partly filled one on this context's {grid} blocks: {tiles_m * tiles_n} tiles "
+                                    f"of {cfg.tile_m} x {cfg.tile_n} at M x N x K = {m} x {n} x {k}")
+        partials, tickets = _split_workspace(device, stream, schedule, m, n, grid)
+        values.update(dp_tiles=split[0], sk_workers=grid, sk_ws=partials, sk_tickets=tickets)
     return launchable.prepare(LaunchConfig(grid, launchable.threads), **values).launch
 
 

@@ -49,13 +49,14 @@ PEAK_PER_SM = 6.35e12         # bf16 FLOP/s of one SM in the K loop of a 128 x 2
 TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (wgmma width, operand reuse), refitted
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
-}
+    (128, 240): 0.98, (128, 224): 0.96,   # widths that fit waves where 256 overshoots (C's last 48 or 32 columns
+}                                         # stored from registers); interpolated, until a sweep refits them
 # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
 # than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
 # regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
 # 128 x 256 at 0.90 (probe/gemm_fit.py --fp8's own fit also raised 64 x 256 to 0.92: 6 % lost at 256x8192x8192).
 FP8_TILE_RATE = {**TILE_RATE, (128, 192): 0.96, (128, 128): 0.92}
-DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
+DEFAULT_TILES = ((128, 256), (128, 240), (128, 224), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
 PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
@@ -68,6 +69,10 @@ EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, 
     "direct": 64e9,           # a guess until probe/gemm_sweep_probe.py measures it (not chosen by default)
 }
 FILL_ENOUGH = 0.9             # wave efficiency at splits=1 above which split-K is never considered
+STREAM_K_FILL = 0.85          # ... and above which stream-K is not: on the H100 (bench/RESULTS.md 2026-12-07) it
+                              # lost 0-3 % at 0.91-0.97 (3000x5000x2000, 4096³, 6144x2048x4096, 16384x5120x5120)
+STREAM_K_SLOWDOWN = 1.5       # the cut tiles' k-blocks against a whole tile's: runs at different K offsets share
+                              # less of A and B in L2 (fitted to the same sweep: 1.3-2.5)
 MIN_SLICE_BLOCKS = 8          # k-blocks per K slice, at least: a shorter slice spends more on refill and on its
                               # partial's round trip than it saves (512³: 6.2 us whole, 7.2 us in two slices,
                               # probe/data/gemm_sweep_2026-12-03.txt)
@@ -91,13 +96,14 @@ class GemmConfig:
     pingpong: bool = False       # whole tiles taken in turn by two warpgroups (kernel.Config.pingpong)
     swap: bool = False           # compute Cᵀ = B·Aᵀ: tile_m spans N, tile_n spans M (direct epilogue, B N x K)
     k_split: int = 1             # accumulators a k-block's wgmma alternate over (kernel.Config.k_split)
+    stream_k: bool = False       # whole waves of tiles, then the last wave's tiles cut into equal k-runs
 
     def kernel_config(self, dtype: str, out_dtype: str, b_layout: str) -> kernel.Config:
         """The kernel this schedule runs (raises PTXBuildError for an illegal tile or too many stages)."""
         return kernel.Config(dtype=dtype, out_dtype=out_dtype, b_layout=b_layout, tile_m=self.tile_m,
                              tile_n=self.tile_n, stages=self.stages, group_m=self.group_m,
                              split_k=self.splits > 1, epilogue=self.epilogue, pingpong=self.pingpong,
-                             transpose_c=self.swap, k_split=self.k_split)
+                             transpose_c=self.swap, k_split=self.k_split, stream_k=self.stream_k)
 
     def kernel_problem(self, m: int, n: int) -> tuple[int, int]:
         """(rows, columns) of the product the kernel computes: C's, or Cᵀ's when swapped."""
@@ -107,7 +113,7 @@ class GemmConfig:
     def label(self) -> str:
         return (f"{self.tile_m}x{self.tile_n}/{self.stages}" + (f"/k{self.splits}" if self.splits > 1 else "")
                 + ("/d" if self.epilogue == "direct" else "")
-                + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else "")
+                + ("/pp" if self.pingpong else "") + ("/sw" if self.swap else "") + ("/stream" if self.stream_k else "")
                 + (f"/ks{self.k_split}" if self.k_split > 1 else ""))
 
 
@@ -121,6 +127,19 @@ def max_stages(tile_m: int, tile_n: int, smem_limit: int, epilogue: str = "tma",
     per_stage = one.a_bytes + one.b_bytes
     cap = MAX_STAGES if tile_n >= 64 else NARROW_MAX_STAGES
     return min(cap, (smem_limit - one.smem_bytes + per_stage) // per_stage)
+
+
+def stream_k_split(tiles: int, k_blocks: int, workers: int) -> tuple[int, int] | None:
+    """(whole tiles, stream-K tiles) of a stream-K launch on ``workers`` blocks: every full wave whole,
+    the partly filled last one cut; None where stream-K does not apply: the tiles fill whole waves or
+    one partial wave (split-K's case), a worker's run would be empty, or the kernel's 32-bit run
+    arithmetic (workers * stream k-blocks) would overflow."""
+    waves = -(-tiles // workers)
+    whole = (waves - 1) * workers
+    cut = tiles - whole
+    if waves < 2 or cut == workers or cut * k_blocks < workers or workers * cut * k_blocks >= 2**32:
+        return None
+    return whole, cut
 
 
 def fill(units: int, sm_count: int) -> float:
@@ -142,6 +161,12 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
     reduce_s = (1 + cfg.splits) * cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S if cfg.splits > 1 else 0.0
     unit_s = -(-k_blocks // cfg.splits) * block_s + UNIT_OVERHEAD_S + reduce_s
     compute_s = waves * unit_s + epilogue_s if cfg.pingpong else waves * (unit_s + epilogue_s)
+    if cfg.stream_k:                    # whole waves, then a run of the cut tiles' k-blocks per block: at most
+        whole, cut = stream_k_split(tiles, k_blocks, sm_count)     # one partial written, and position 0
+        run = -(-cut * k_blocks // sm_count)                         # reads the other runs' k / run partials
+        partial_s = cfg.tile_m * cfg.tile_n * 4 / L2_BYTES_PER_S
+        compute_s = (whole // sm_count * (unit_s + epilogue_s) + run * block_s * STREAM_K_SLOWDOWN
+                     + 2 * UNIT_OVERHEAD_S + partial_s * (1 + k_blocks / run) + epilogue_s)
     active = min(units, sm_count)
     hbm_bytes = (m * k + n * k) * (1 if dtype in FP8_TYPES else 2) + m * n * out_bytes
     memory_s = hbm_bytes / min(HBM_BYTES_PER_S, active * SM_BYTES_PER_S)
@@ -165,13 +190,19 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
                allow_swap: bool = False, dtype: str = "bf16") -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
-    that keeps slices at least MIN_SLICE_BLOCKS deep; then the ping-pong schedule of each tile in
+    that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
+    STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep); then the ping-pong schedule of each tile in
     ``pingpong`` (TMA epilogue, unsplit); then, with ``allow_swap`` and M <= SWAP_MAX_M, the swapped
     schedules (64 x M rounded up to 16, direct epilogue, at most one wave of units)."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
         idle = allow_split and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
         k_blocks = -(-k // k_block_elements(dtype))
         return range(1, max(1, min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1) + 1)
+
+    def streams(tile_m: int, tile_n: int) -> bool:
+        k_blocks, tiles = -(-k // k_block_elements(dtype)), tiles_of(m, n, tile_m, tile_n)
+        split = allow_split and fill(tiles, sm_count) < STREAM_K_FILL and stream_k_split(tiles, k_blocks, sm_count)
+        return bool(split) and -(-split[1] * k_blocks // sm_count) >= MIN_SLICE_BLOCKS
 
     out = []
     for epilogue in epilogues:
@@ -180,6 +211,9 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
             if stages >= 2:
                 out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=k_split_of(tile_n))
                         for splits in split_counts(m, n, tile_m, tile_n)]
+                if streams(tile_m, tile_n):
+                    out.append(GemmConfig(tile_m, tile_n, stages, epilogue=epilogue, k_split=k_split_of(tile_n),
+                                          stream_k=True))
     out += [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
             for tile_m, tile_n in pingpong]
     if allow_swap and m <= SWAP_MAX_M:
@@ -216,10 +250,15 @@ def choose_config(m: int, n: int, k: int, dtype: str, out_dtype: str, b_layout: 
     return replace(chosen, k_split=1).kernel_config(dtype, out_dtype, b_layout)
 
 
-def workspace_bytes(cfg: GemmConfig, m: int, n: int) -> tuple[int, int]:
-    """(partial bytes, ticket counters) split-K needs for an M x N output: one f32 slab per slice per
-    64-row warpgroup slab, one counter per slab."""
-    slabs = tiles_of(*cfg.kernel_problem(m, n), cfg.tile_m, cfg.tile_n) * (cfg.tile_m // 64)
+def workspace_bytes(cfg: GemmConfig, m: int, n: int, workers: int) -> tuple[int, int]:
+    """(partial bytes, ticket counters) split-K or stream-K needs for an M x N output on ``workers``
+    blocks. Split-K: one f32 slab per slice per 64-row warpgroup slab, one counter per slab. Stream-K:
+    two slabs per worker and warpgroup (its run's head and tail), one counter per cut tile's slab
+    (at most ``workers`` tiles)."""
+    consumers = cfg.tile_m // 64
+    if cfg.stream_k:
+        return 2 * workers * consumers * slab_bytes(cfg.tile_n), workers * consumers
+    slabs = tiles_of(*cfg.kernel_problem(m, n), cfg.tile_m, cfg.tile_n) * consumers
     return slabs * cfg.splits * slab_bytes(cfg.tile_n), slabs
 
 

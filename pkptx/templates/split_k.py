@@ -42,6 +42,46 @@ def k_range(b: Builder, k_slice, splits, k_blocks) -> tuple[Reg, Reg]:
     return first, end
 
 
+def partial_base(b: Builder, workspace: Reg, slot, tile_n: int, wg_tid: Reg) -> Reg:
+    """This thread's address in workspace slot ``slot`` (one 64-row f32 partial, fragment layout)."""
+    thread_bytes = b.mul(u32, wg_tid, 16, mode="wide", name="thread_bytes")
+    return b.add(u64, b.mad(u64, b.cvt(u64, u32, slot), slab_bytes(tile_n), workspace, mode="lo"), thread_bytes,
+                 name="slot_base")
+
+
+def store_partial(b: Builder, acc, base: Reg, tile_n: int) -> None:
+    """``st.global.v4.f32`` of every accumulator quad at ``base`` (:func:`partial_base`)."""
+    for q in range(tile_n // 8):
+        b.st(f32, address(base, q * QUAD_BYTES), Vec(acc.items[4 * q:4 * q + 4]), space="global")
+
+
+def load_partial(b: Builder, acc, base: Reg, tile_n: int) -> None:
+    """Overwrite ``acc`` with the partial at ``base``."""
+    for q in range(tile_n // 8):
+        b.ld(f32, address(base, q * QUAD_BYTES), space="global", vec=4, into=Vec(acc.items[4 * q:4 * q + 4]))
+
+
+def add_partial(b: Builder, acc, base: Reg, tile_n: int) -> None:
+    """``acc += `` the partial at ``base`` (``add.rn.f32``, element by element)."""
+    for q in range(tile_n // 8):
+        v = b.ld(f32, address(base, q * QUAD_BYTES), space="global", vec=4, name="partial")
+        for j in range(4):
+            b.add(f32, acc[4 * q + j], v[j], rnd="rn", into=acc[4 * q + j])
+
+
+def take_ticket(b: Builder, counter: Reg, *, leader: Reg, barrier_id, ticket_smem: Reg) -> Reg:
+    """The warpgroup's draw on ``counter`` after its partial is written: ``bar.sync`` (every thread's
+    stores before the leader's release), ``@leader atom.acq_rel.gpu.global.add.u32``, the old value
+    through shared memory and a second ``bar.sync`` (the acquire before every thread's loads)."""
+    b.bar_sync(barrier_id, WARPGROUP)
+    with b.if_then(leader):
+        old = b.atom("add", u32, address(counter), 1, sem=Sem.ACQ_REL, scope=Scope.GPU, space="global",
+                     name="ticket")
+        b.st(u32, address(ticket_smem), old, space="shared")
+    b.bar_sync(barrier_id, WARPGROUP)
+    return b.ld(u32, address(ticket_smem), space="shared", name="drawn")
+
+
 def reduce_slab(b: Builder, acc, *, tile_n: int, slab, k_slice, splits, workspace: Reg, tickets: Reg,
                 wg_tid: Reg, barrier_id: Reg, ticket_smem: Reg) -> Reg:
     """Publish this slice's partial of slab ``slab`` (tile * consumers + warpgroup) and, if this is the
@@ -54,37 +94,17 @@ def reduce_slab(b: Builder, acc, *, tile_n: int, slab, k_slice, splits, workspac
     arriver: ``@leader st.relaxed.gpu.global.u32 [ticket], 0;`` and ``ld.global.v4.f32`` + ``add.rn.f32``
     over slots 0..splits-1.
     """
-    quads = tile_n // 8
     first_slot = b.mul(u32, slab, splits, mode="lo", name="first_slot")
-    thread_bytes = b.mul(u32, wg_tid, 16, mode="wide", name="thread_bytes")
-
-    def slot_base(slot):
-        return b.add(u64, b.mad(u64, b.cvt(u64, u32, slot), slab_bytes(tile_n), workspace, mode="lo"),
-                     thread_bytes, name="slot_base")
-
-    mine = slot_base(b.add(u32, first_slot, k_slice, name="my_slot"))
-    for q in range(quads):
-        b.st(f32, address(mine, q * QUAD_BYTES), Vec(acc.items[4 * q:4 * q + 4]), space="global")
-    b.bar_sync(barrier_id, WARPGROUP)
+    store_partial(b, acc, partial_base(b, workspace, b.add(u32, first_slot, k_slice, name="my_slot"), tile_n, wg_tid),
+                  tile_n)
     leader = b.setp("eq", u32, wg_tid, 0, name="ticket_leader")
     counter = b.add(u64, tickets, b.mul(u32, slab, 4, mode="wide"), name="ticket_addr")
-    with b.if_then(leader):
-        old = b.atom("add", u32, address(counter), 1, sem=Sem.ACQ_REL, scope=Scope.GPU, space="global",
-                     name="ticket")
-        b.st(u32, address(ticket_smem), old, space="shared")
-    b.bar_sync(barrier_id, WARPGROUP)
-    drawn = b.ld(u32, address(ticket_smem), space="shared", name="drawn")
+    drawn = take_ticket(b, counter, leader=leader, barrier_id=barrier_id, ticket_smem=ticket_smem)
     last = b.setp("eq", u32, b.add(u32, drawn, 1), splits, name="last_slice")
     with b.if_then(last, uniform=True):
         # Every slice has arrived: nobody touches the counter again in this launch.
         b.st(u32, address(counter), 0, space="global", sem=Sem.RELAXED, scope=Scope.GPU, pred=leader)
-        base = slot_base(first_slot)
-        for q in range(quads):
-            b.ld(f32, address(base, q * QUAD_BYTES), space="global", vec=4, into=Vec(acc.items[4 * q:4 * q + 4]))
+        load_partial(b, acc, partial_base(b, workspace, first_slot, tile_n, wg_tid), tile_n)
         for s in b.range(1, splits, name="slice_sum"):
-            part = slot_base(b.add(u32, first_slot, s))
-            for q in range(quads):
-                v = b.ld(f32, address(part, q * QUAD_BYTES), space="global", vec=4, name="partial")
-                for j in range(4):
-                    b.add(f32, acc[4 * q + j], v[j], rnd="rn", into=acc[4 * q + j])
+            add_partial(b, acc, partial_base(b, workspace, b.add(u32, first_slot, s), tile_n, wg_tid), tile_n)
     return last

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pkptx.errors import PTXBuildError
 from pkptx.templates.kernels import ag_gemm, gemm, gemm_ar, gemm_rs
 
-from .harness import DTYPES, Ranks, assert_close, assert_rel, inputs
+from .harness import DTYPES, Ranks, assert_bits, assert_close, assert_rel, inputs
 
 FP8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 SMALL = gemm.Config(tile_m=64, tile_n=64, stages=2)
@@ -52,6 +52,28 @@ def test_gemm_128x256x64(layout, out_dtype):
     ranks.run()
     got = c_dev.read(DTYPES[out_dtype], (m, n))
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
+
+
+@pytest.mark.parametrize("tile_n, out_dtype", [(80, "bf16"), (112, "f32"), (240, "bf16")])
+def test_gemm_tma_epilogue_with_a_column_tail(tile_n, out_dtype):
+    """A tile width that is not whole C boxes (pkptx.ops.gemm_plan fits waves with such widths): the
+    TMA epilogue stores the whole boxes, registers the columns past them, clipped at C's edges (C
+    NaN-poisoned; N = 200 cuts the last tile column short)."""
+    m, n, k = 100, 200, 128
+    cfg = gemm.Config(tile_m=64, tile_n=tile_n, stages=2, out_dtype=out_dtype)
+    assert cfg.c_tail
+    ranks = Ranks(1, seed=14)
+    (a,), (b,) = _operands(31, 1, m, n, k, "nk")
+    mach = ranks.world.machine
+    out_bytes = 4 if out_dtype == "f32" else 2
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * out_bytes, name="c")
+    c_dev.write(np.full(m * n * out_bytes // 2, 0x7FC0, np.uint16))
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=2, smem=cfg.smem_bytes, num_comm_sms=0,
+                 tmap_c=ranks.tensor_map(c_dev.base, DTYPES[out_dtype], (m, n), cfg.c_box), c=c_dev.base, m=m, n=n,
+                 **values)
+    ranks.run()
+    assert_close(c_dev.read(DTYPES[out_dtype], (m, n)), gemm.reference(a, b, "nk"), out_dtype, 1, "C")
 
 
 @pytest.mark.parametrize("dtype, out_dtype, tile_n", [("e4m3", "bf16", 128), ("e5m2", "f32", 64)])
@@ -179,6 +201,43 @@ def test_gemm_drawn_tiles_twice(cfg, m, n, k, splits):
         ranks.run()
         assert_close(c_dev.read(DTYPES["bf16"], (m, n)), gemm.reference(a, b, "nk"), "bf16", 1, "C")
         assert counter.read(np.uint32, (2,)).tolist() == [0, 0], "each launch leaves the counter at 0"
+
+
+@pytest.mark.parametrize("m, k, workers, epilogue, drawn", [
+    (320, 256, 2, "tma", False),      # 5 tiles: 4 whole, 1 cut in two runs of 2 k-blocks
+    (256, 320, 3, "direct", False),   # 4 tiles: 3 whole, 1 cut in three runs (5 k-blocks)
+    (320, 192, 3, "tma", True),       # 5 tiles: 3 whole, 2 cut; worker 1 heads one and tails the other
+])
+def test_gemm_stream_k_twice(m, k, workers, epilogue, drawn):
+    """Stream-K (pkptx.templates.stream_k): whole tiles, then the last wave's tiles cut into equal
+    k-block runs across the blocks, summed in position order by whoever completes the count; C
+    NaN-poisoned before each of two launches, the same bits both times, every counter back at 0 (with
+    drawn tasks as in a partial context, too)."""
+    cfg = dataclasses.replace(SMALL, stream_k=True, epilogue=epilogue, drawn=drawn)
+    n = 64
+    ranks = Ranks(1, seed=12)
+    (a,), (b,) = _operands(23, 1, m, n, k, "nk")
+    mach = ranks.world.machine
+    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * 2, name="c")
+    values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
+    tiles = values["tiles_m"] * values["tiles_n"]
+    tickets = mach.from_numpy(np.zeros(workers, np.uint32), name="tickets")
+    values.update(dp_tiles=(-(-tiles // workers) - 1) * workers, sk_workers=workers,
+                  sk_ws=mach.alloc(2 * workers * 64 * n * 4, name="ws").base, sk_tickets=tickets.base)
+    if drawn:
+        values.update(task_counter=mach.from_numpy(np.zeros(2, np.uint32), name="task_counter").base)
+    out = (dict(tmap_c=ranks.tensor_map(c_dev.base, DTYPES["bf16"], (m, n), cfg.c_box)) if epilogue == "tma"
+           else dict(c=c_dev.base, m=m, n=n))
+    results = []
+    for _ in range(2):
+        c_dev.write(np.full(m * n, 0x7FC0, np.uint16))
+        ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=workers, smem=cfg.smem_bytes,
+                     num_comm_sms=0, **values, **out)
+        ranks.run()
+        results.append(c_dev.read(DTYPES["bf16"], (m, n)))
+        assert_close(results[-1], gemm.reference(a, b, "nk"), "bf16", 1, "C")
+        assert not tickets.read(np.uint32, (workers,)).any(), "each launch leaves its counters at 0"
+    assert_bits(results[1], results[0], "C, second launch")
 
 
 @pytest.mark.parametrize("w", (1, 2, 3))

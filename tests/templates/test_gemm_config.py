@@ -9,10 +9,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pkptx.errors import PTXBuildError
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
 from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, PINGPONG_TILES, TILE_RATE, GemmConfig,
                                  SWAP_MAX_M, WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s,
-                                 fill, k_split_of, max_stages, plan, tiles_of, workspace_bytes)
+                                 fill, k_split_of, max_stages, plan, stream_k_split, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.kernels import gemm as kernel
 from pkptx.toolchain import assemble
@@ -147,10 +148,40 @@ def test_tails_allowed_in_m_and_n():
 
 
 def test_workspace_holds_every_slice_of_every_slab():
-    part, slabs = workspace_bytes(GemmConfig(128, 256, 4, 4), 200, 300)
+    part, slabs = workspace_bytes(GemmConfig(128, 256, 4, 4), 200, 300, 132)
     assert slabs == 2 * 2 * 2 and part == slabs * 4 * 64 * 256 * 4
-    part, slabs = workspace_bytes(GemmConfig(128, 16, 12, 4, epilogue="direct", swap=True), 10, 300)
+    part, slabs = workspace_bytes(GemmConfig(128, 16, 12, 4, epilogue="direct", swap=True), 10, 300, 132)
     assert slabs == 3 * 1 * 2 and part == slabs * 4 * 64 * 16 * 4      # tiles over N x M
+
+
+def test_workspace_of_stream_k_is_two_slabs_a_worker():
+    part, tickets = workspace_bytes(GemmConfig(128, 256, 4, stream_k=True), 3000, 5000, 132)
+    assert tickets == 132 * 2 and part == 2 * 132 * 2 * 64 * 256 * 4
+
+
+@given(tiles=st.integers(1, 2000), k_blocks=st.integers(1, 600), workers=st.integers(1, 200))
+def test_stream_k_cuts_only_a_partly_filled_last_wave(tiles, k_blocks, workers):
+    """stream_k_split: whole waves first, the rest (fewer than the workers) cut, every run non-empty,
+    the kernel's 32-bit products safe; None where there is nothing to cut or no whole wave before it."""
+    split = stream_k_split(tiles, k_blocks, workers)
+    waves, rest = divmod(tiles, workers)
+    refused = tiles <= workers or rest == 0 or rest * k_blocks < workers or workers * rest * k_blocks >= 2**32
+    assert (split is None) == refused
+    if split is not None:
+        assert split == (waves * workers, rest)
+
+
+def test_stream_k_is_weighed_only_below_its_fill():
+    """3000x5000x2000 on 128 x 256 tiles fills 0.91 of its last wave: no stream-K schedule; 2560²x8192
+    fills 0.76: stream-K on 128 x 256 is among the candidates, and with pingpong or split-K refused."""
+    def streamed(m, n, k):
+        return {(c.tile_m, c.tile_n) for c in candidates(m, n, k, sm_count=132, smem_limit=SMEM) if c.stream_k}
+    assert (128, 256) not in streamed(3000, 5000, 2000)
+    assert (128, 256) in streamed(2560, 2560, 8192)
+    assert GemmConfig(128, 256, 4, stream_k=True).label == "128x256/4/stream"
+    for bad in (dict(pingpong=True), dict(split_k=True)):
+        with pytest.raises(PTXBuildError, match="stream"):
+            kernel.Config(tile_n=192, stream_k=True, **bad)
 
 
 @given(k_blocks=st.integers(1, 4096), splits=st.integers(1, 16))
@@ -172,6 +203,7 @@ def _kernel_configs():
             for out in ("bf16", "f32"):
                 yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n,
                                     stages=max_stages(tile_m, tile_n, SMEM), split_k=split)
+        yield kernel.Config(tile_m=tile_m, tile_n=tile_n, stages=max_stages(tile_m, tile_n, SMEM), stream_k=True)
     for tile_n in (256, 192):
         yield kernel.Config(b_layout="kn", dtype="f16", out_dtype="f16", tile_n=tile_n,
                             stages=max_stages(128, tile_n, SMEM), split_k=True)
@@ -224,11 +256,17 @@ def test_max_stages_counts_both_ping_pong_staging_buffers(tile_m, tile_n):
             check_config(GemmConfig(tile_m, tile_n, stages + 1, pingpong=True), 256, 256, 128, "bf16", "bf16", "nk")
 
 
-@pytest.mark.parametrize("shape", [(8192, 8192, 1024), (3000, 5000, 2000)])
-def test_k_light_problems_take_the_ping_pong_schedule(shape):
+def test_k_light_problems_take_the_ping_pong_schedule():
     """Where a tile's K loop is short, the epilogue the cooperative kernel waits for weighs most: the
-    ping-pong schedule hides it (H100, bench/RESULTS.md 2026-12-06: 186.6 vs 197.6 us and 99.1 vs 102.0)."""
-    assert plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 192, 4, pingpong=True)
+    ping-pong schedule hides it (H100, bench/RESULTS.md 2026-12-06: 186.6 vs 197.6 us)."""
+    assert plan(8192, 8192, 1024, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 192, 4, pingpong=True)
+
+
+def test_a_tile_width_that_fits_the_waves():
+    """3000x5000x2000: 128 x 256 tiles leave the 4th wave 64 % full (480 on 132 SMs); 128 x 240 runs the
+    same 4 waves on tiles a sixteenth narrower (504 tiles), C's last 48 columns of each stored from
+    registers."""
+    assert plan(3000, 5000, 2000, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 240, 4)
 
 
 def test_drawn_is_the_plain_gemms():

@@ -98,9 +98,10 @@ def test_fp8_gemm_matches_float64(gpu, problem, seed, data):
     ((100, 3000, 8192, "nk", "e5m2", "f32"), GemmConfig(64, 64, 8, 4, k_split=2)),
     ((16, 2048, 16384, "nk", "e4m3", "bf16"), GemmConfig(64, 16, 12, 2, epilogue="direct", swap=True, k_split=4)),
     ((777, 1288, 4096, "nk", "e4m3", "f16"), GemmConfig(128, 192, 4, pingpong=True)),
+    ((3000, 5000, 2000, "nk", "e4m3", "bf16"), GemmConfig(128, 240, 4, stream_k=True)),
 ])
 def test_fp8_schedules_same_bits_twice_and_close(gpu, problem, config):
-    """fp8 on split-K, k-split, swapped and ping-pong schedules: the same bits twice, float64-close."""
+    """fp8 on split-K, k-split, swapped, ping-pong and stream-K schedules: the same bits twice, float64-close."""
     scales = (0.37, 2.5)
     first, second = (_run(problem, 4, config, scales)[2] for _ in range(2))
     assert first.tobytes() == second.tobytes()
@@ -133,10 +134,18 @@ def test_gemm_matches_float64(gpu, problem, seed, data):
     ((37, 1000, 4000, "nk", "f16", "bf16"), GemmConfig(64, 48, 8, 3, epilogue="direct", swap=True)),
     ((100, 3000, 8192, "nk", "bf16", "f32"), GemmConfig(64, 64, 8, 4, k_split=2)),
     ((16, 2048, 16384, "nk", "bf16", "bf16"), GemmConfig(64, 16, 12, 2, epilogue="direct", swap=True, k_split=4)),
+    ((3000, 5000, 2000, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, stream_k=True)),
+    ((2560, 2560, 8192, "nk", "f16", "f32"), GemmConfig(128, 224, 4, stream_k=True)),
+    ((2000, 1000, 4000, "nk", "bf16", "bf16"), GemmConfig(64, 128, 8, k_split=2, stream_k=True)),
+    ((2000, 1000, 4000, "kn", "bf16", "f16"), GemmConfig(128, 128, 7, epilogue="direct", stream_k=True)),
+    ((3000, 5000, 2000, "nk", "bf16", "bf16"), GemmConfig(128, 240, 4)),
+    ((777, 1288, 4096, "nk", "f16", "f32"), GemmConfig(128, 224, 4)),
 ])
 def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     """Deterministic: the same bits on a second run, whichever slice arrives last each time; and the
-    counters left at 0 (a second run that read stale tickets would lose or double partials)."""
+    counters left at 0 (a second run that read stale tickets would lose or double partials). Also
+    stream-K (whole waves, then the last wave's tiles cut into k-runs) and the tile widths whose last
+    columns the TMA epilogue stores from registers."""
     a, b, first = _run(problem, 1, config)
     _, _, second = _run(problem, 1, config)
     assert first.tobytes() == second.tobytes()
@@ -176,6 +185,7 @@ def test_pingpong_and_swapped_match_float64(gpu, problem, config):
     ((1000, 1000, 4000, "nk", "bf16", "bf16"), GemmConfig(128, 192, 4, pingpong=True)),
     ((100, 3000, 8192, "nk", "bf16", "bf16"), GemmConfig(64, 64, 8, 4, k_split=2)),
     ((37, 1000, 4000, "nk", "f16", "bf16"), GemmConfig(64, 48, 8, 3, epilogue="direct", swap=True)),
+    ((3000, 5000, 2000, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, stream_k=True)),
 ])
 def test_drawn_tiles_in_a_partial_context(gpu, monkeypatch, problem, config):
     """Where the context has fewer SMs than the device (an MPS share), the op launches the drawn kernel:

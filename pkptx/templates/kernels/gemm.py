@@ -24,6 +24,10 @@ waits on each one's latency.
 ``split_k=True`` builds the deterministic split-K form (:mod:`..split_k`): work units are (tile, K slice)
 pairs, ``splits`` (a parameter) slices per tile, partials in an f32 workspace, and the last slice to
 arrive sums them in slice order and stores C.
+
+``stream_k=True`` builds the stream-K form (:mod:`..stream_k`): the whole waves of tiles first, then the
+tiles of the partly filled last wave cut into equal runs of k-blocks, one per block (``dp_tiles`` and
+``sk_workers`` parameters), with the same deterministic f32 fixup through a workspace.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from ..gemm_parts import (BOX_COLS, FP8_TYPES, NARROW_STEP, STAGING_BYTES, TILE_
 from ..lcsc import Buffer, Ring, Template
 from ..progress import TASK_COUNTER_PARAM, release_task_counter, task_counter_param
 from ..split_k import k_range, reduce_slab, slice_of
+from ..stream_k import SEGMENTS_PER_WORKER, segment_of, settle
 from ..turns import Turns
 
 SMEM_LIMIT = 227 * 1024
@@ -56,6 +61,7 @@ class Config:
     stages: int = 4
     group_m: int = 8             # tile rows walked together for L2 reuse
     split_k: bool = False        # work units are (tile, K slice); see split_k
+    stream_k: bool = False       # whole tiles, then the last wave's tiles cut into equal k-runs; see stream_k
     epilogue: str = "tma"        # "tma": through shared memory and TMA stores; "direct": from registers
     pingpong: bool = False       # whole tiles, alternately to two warpgroups that take turns at the tensor
                                  # cores: one's epilogue runs while the other's K loop has them (a 128-row
@@ -77,16 +83,21 @@ class Config:
         if self.tile_m not in (64, 128) or self.tile_n % NARROW_STEP or not NARROW_STEP <= self.tile_n <= 256:
             raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of {NARROW_STEP} up to 256, "
                                 f"got {self}")
-        if self.tile_n % BOX_COLS and (self.b_layout != "nk" or self.epilogue != "direct"):
-            raise PTXBuildError(f"gemm Config: a tile_n that is not a multiple of 64 needs b_layout 'nk' and the "
-                                f"direct epilogue (whole 64-column boxes otherwise), got {self}")
+        if self.tile_n % BOX_COLS and self.b_layout != "nk":
+            raise PTXBuildError(f"gemm Config: a tile_n that is not a multiple of 64 needs b_layout 'nk' (B K x N "
+                                f"loads whole 64-column boxes), got {self}")
+        if self.epilogue == "tma" and self.tile_n < self.c_box[1]:
+            raise PTXBuildError(f"gemm Config: the TMA epilogue stores whole {self.c_box[1]}-column boxes; a tile_n of "
+                                f"{self.tile_n} needs the direct epilogue, got {self}")
         if self.transpose_c and self.epilogue != "direct":
             raise PTXBuildError(f"gemm Config: transpose_c stores from registers: it needs epilogue 'direct', "
                                 f"got {self}")
         if self.k_split not in (1, 2, 4):
             raise PTXBuildError(f"gemm Config.k_split must be 1, 2 or 4, got {self.k_split}")
-        if self.pingpong and self.split_k:
-            raise PTXBuildError(f"gemm Config: pingpong takes no split-K, got {self}")
+        if self.pingpong and (self.split_k or self.stream_k):
+            raise PTXBuildError(f"gemm Config: pingpong takes no split-K or stream-K, got {self}")
+        if self.split_k and self.stream_k:
+            raise PTXBuildError(f"gemm Config: split_k and stream_k are two ways to cut K; pick one, got {self}")
         if self.acc_regs > 192:
             raise PTXBuildError(f"gemm Config: {self.acc_regs} accumulator registers a thread, over 192 (a ping-pong "
                                 f"warpgroup holds the whole tile, k_split multiplies them), got {self}")
@@ -155,12 +166,19 @@ class Config:
     def c_box(self) -> tuple[int, int]:
         return (64, 128 // (4 if self.out_dtype == "f32" else 2))
 
+    @property
+    def c_tail(self) -> int:
+        """Columns of a tile past its last whole C box (TMA epilogue): stored from registers."""
+        return self.tile_n % self.c_box[1] if self.epilogue == "tma" else 0
+
 
 GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param("k", u32),
                Param("tiles_m", u32), Param("tiles_n", u32))
 
 
 SPLIT_PARAMS = (Param("splits", u32), Param("split_ws", u64, pointer=True), Param("split_tickets", u64, pointer=True))
+STREAM_PARAMS = (Param("dp_tiles", u32), Param("sk_workers", u32), Param("sk_ws", u64, pointer=True),
+                 Param("sk_tickets", u64, pointer=True))
 SCALE_PARAMS = (Param("scale_a", u64, pointer=True), Param("scale_b", u64, pointer=True))
 
 
@@ -168,12 +186,13 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
              comm_first: bool = False) -> Template:
     """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers (and for
     split-K its parameters and one shared word per consumer warpgroup for the drawn ticket)."""
-    split = cfg.split_k
+    split = cfg.split_k or cfg.stream_k
     if cfg.drawn and TASK_COUNTER_PARAM not in params:
         raise PTXBuildError(f"{name}: drawn is the plain GEMM's (gemm.build); a composing kernel draws its tasks "
                             "through its own counters")
     return Template(
-        name, params=GEMM_PARAMS + (SPLIT_PARAMS if split else ()) + (SCALE_PARAMS if cfg.scaled else ())
+        name, params=GEMM_PARAMS + (SPLIT_PARAMS if cfg.split_k else ()) + (STREAM_PARAMS if cfg.stream_k else ())
+        + (SCALE_PARAMS if cfg.scaled else ())
         + tuple(params), layouts=tuple(layouts),
         tensor_maps=tuple(tensor_maps), buffers=(Buffer("split_ticket", 4 * cfg.consumers, 4),) if split else (),
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
@@ -223,21 +242,27 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     (tile_m, tile_n) (default: the grouped order), ``before_a(ctx, tile_m)`` runs on the loader lane
     before a tile's A rows are loaded (e.g. wait for them to arrive), ``store(ctx, acc, tm, tn, wg,
     staging)`` disposes of a warpgroup's finished 64 rows. With ``cfg.split_k`` a task is a (tile, K
-    slice) unit and ``store`` runs only on the warpgroup that finishes the slab. ``loop``: where the
-    prologue puts its registers, for a kernel that reads them too."""
+    slice) unit, with ``cfg.stream_k`` a whole tile or a stream-K segment, and ``store`` runs only on the
+    warpgroup that finishes the slab. ``loop``: where the prologue puts its registers, for a kernel that
+    reads them too."""
     loop = loop or KLoop()
     tile = tile or (lambda ctx, task: tile_of(ctx, task, cfg.group_m))
     if cfg.scaled:
         store = scaled(store, loop)
 
     def unit(ctx, task):
-        """(tile row, tile column, first k-block, end k-block, tile index, K slice) of a task."""
+        """(tile row, tile column, first k-block, end k-block, part) of a task; part: None for a whole
+        tile, (tile index, K slice) for split-K, the :class:`..stream_k.Segment` for stream-K."""
         b = ctx.b
+        if cfg.stream_k:
+            seg = segment_of(b, task, dp_tiles=ctx.p.dp_tiles, workers=ctx.p.sk_workers,
+                             tiles=b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles"),
+                             k_blocks=loop.k_blocks)
+            return (*tile(ctx, seg.tile), seg.kb_first, seg.kb_end, seg)
         if not cfg.split_k:
-            return (*tile(ctx, task), 0, loop.k_blocks, task, None)
+            return (*tile(ctx, task), 0, loop.k_blocks, None)
         tile_index, k_slice = slice_of(b, task, ctx.p.splits)
-        return (*tile(ctx, tile_index), *k_range(b, k_slice, ctx.p.splits, loop.k_blocks),
-                tile_index, k_slice)
+        return (*tile(ctx, tile_index), *k_range(b, k_slice, ctx.p.splits, loop.k_blocks), (tile_index, k_slice))
 
     def prologue(ctx):
         b = ctx.b
@@ -257,7 +282,7 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
     def loader(ctx, task):
         """One lane walks the unit's k-blocks: wait for a free stage, announce its bytes, issue the loads."""
         b = ctx.b
-        tm, tn, kb_first, kb_end, _, _ = unit(ctx, task)
+        tm, tn, kb_first, kb_end, _ = unit(ctx, task)
         with b.if_then(b.setp("eq", u32, ctx.role_tid, 0, name="loader_lane")):
             if before_a is not None:
                 before_a(ctx, tm)
@@ -306,24 +331,37 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def consumer(ctx, task):
         """Each warpgroup multiplies its 64 rows of the tile over the unit's k-blocks, then stores them
-        (split-K: publishes its partial, and stores the sum if it is the slab's last slice)."""
+        (split-K, stream-K: publishes its partial, and stores the sum if it completes the slab)."""
         b = ctx.b
-        tm, tn, kb_first, kb_end, tile_index, k_slice = unit(ctx, task)
+        tm, tn, kb_first, kb_end, part = unit(ctx, task)
         wg = b.shr(u32, ctx.role_tid, 7, name="wg")
         if cfg.pingpong:
             alternate(ctx, wg, tm, tn, kb_first, kb_end)
             return
-        acc, = multiply(ctx, wg, kb_first, kb_end)
+        if cfg.stream_k:                       # a worker's run may end before its second tile
+            with b.if_then(b.setp("lt", u32, kb_first, kb_end, name="live_segment"), uniform=True):
+                finish(ctx, wg, tm, tn, multiply(ctx, wg, kb_first, kb_end)[0], part)
+        else:
+            finish(ctx, wg, tm, tn, multiply(ctx, wg, kb_first, kb_end)[0], part)
+
+    def finish(ctx, wg, tm, tn, acc, part):
+        """Store the warpgroup's slab, or publish its partial and store the sum if it completes it."""
+        b = ctx.b
         staging = staging_of(ctx, wg)
-        if not cfg.split_k:
+        if part is None:
             store(ctx, acc, tm, tn, wg, staging)
             return
-        wg_tid = b.and_("b32", ctx.role_tid, 127, name="split_tid")
-        finished = reduce_slab(
-            b, acc, tile_n=cfg.tile_n, slab=b.mad(u32, tile_index, cfg.consumers, wg, mode="lo", name="slab"),
-            k_slice=k_slice, splits=ctx.p.splits, workspace=ctx.p.split_ws,
-            tickets=ctx.p.split_tickets, wg_tid=wg_tid, barrier_id=b.add(u32, wg, 1, name="split_barrier"),
-            ticket_smem=b.mad(u32, wg, 4, ctx.smem["split_ticket"], mode="lo", name="ticket_word"))
+        fixup = dict(tile_n=cfg.tile_n, wg_tid=b.and_("b32", ctx.role_tid, 127, name="split_tid"),
+                     barrier_id=b.add(u32, wg, 1, name="split_barrier"),
+                     ticket_smem=b.mad(u32, wg, 4, ctx.smem["split_ticket"], mode="lo", name="ticket_word"))
+        if cfg.stream_k:
+            finished = settle(b, acc, part, consumers=cfg.consumers, wg=wg, workspace=ctx.p.sk_ws,
+                              tickets=ctx.p.sk_tickets, **fixup)
+        else:
+            tile_index, k_slice = part
+            finished = reduce_slab(b, acc, slab=b.mad(u32, tile_index, cfg.consumers, wg, mode="lo", name="slab"),
+                                   k_slice=k_slice, splits=ctx.p.splits, workspace=ctx.p.split_ws,
+                                   tickets=ctx.p.split_tickets, **fixup)
         with b.if_then(finished, uniform=True):
             store(ctx, acc, tm, tn, wg, staging)
 
@@ -348,8 +386,11 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         b.add(u32, loop.turn, 1, into=loop.turn)
 
     def num_tasks(ctx):
-        tiles = ctx.b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
-        return ctx.b.mul(u32, tiles, ctx.p.splits, mode="lo", name="units") if cfg.split_k else tiles
+        b = ctx.b
+        tiles = b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
+        if cfg.stream_k:
+            return b.mad(u32, ctx.p.sk_workers, SEGMENTS_PER_WORKER, ctx.p.dp_tiles, mode="lo", name="units")
+        return b.mul(u32, tiles, ctx.p.splits, mode="lo", name="units") if cfg.split_k else tiles
 
     return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
 
@@ -374,17 +415,27 @@ def slab_origin(ctx, cfg: Config, tm, tn, slab):
 
 
 def store_c(cfg: Config):
-    """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor."""
+    """The store hook that TMA-stores a warpgroup's slab into the ``tmap_c`` parameter's tensor; a tile
+    whose width is not whole C boxes (``cfg.c_tail``) stores its last columns from registers into the
+    ``c`` parameter's array (a box past the tile would write into the next tile's columns)."""
+    boxed = cfg.tile_n - cfg.c_tail
+
     def store(ctx, acc, tm, tn, wg, staging, slab=None):
-        store_slab(ctx, cfg, acc, wg, staging, tensor_map_param(ctx.b, "tmap_c"),
-                   *slab_origin(ctx, cfg, tm, tn, wg if slab is None else slab))
+        b = ctx.b
+        row, col = slab_origin(ctx, cfg, tm, tn, wg if slab is None else slab)
+        store_slab(ctx, cfg, list(acc)[:boxed // 2], wg, staging, tensor_map_param(b, "tmap_c"), row, col, n=boxed)
+        if cfg.c_tail:
+            store_fragments(b, list(acc)[boxed // 2:], b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.c_tail,
+                            out_type=cfg.out_dtype, c_ptr=ctx.p.c, row0=row, col0=b.add(u32, col, boxed, name="tail_col"),
+                            rows=ctx.p.m, cols=ctx.p.n)
     return store
 
 
-def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col) -> None:
-    """TMA-store a warpgroup's slab at (row, col) of ``tmap``'s tensor, through its staging buffer."""
+def store_slab(ctx, cfg: Config, acc, wg, staging, tmap, row, col, *, n: int | None = None) -> None:
+    """TMA-store a warpgroup's slab (its first ``n`` columns, default the tile's) at (row, col) of
+    ``tmap``'s tensor, through its staging buffer."""
     b = ctx.b
-    stage_accumulators(ctx, acc, wg, staging, n=cfg.tile_n, out_type=cfg.out_dtype,
+    stage_accumulators(ctx, acc, wg, staging, n=n or cfg.tile_n, out_type=cfg.out_dtype,
                        issue=lambda sub, off: store_async(b, tmap, (b.add(u32, col, off), row), sub, commit=False))
 
 
@@ -408,7 +459,7 @@ DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32)
 def name_of(cfg: Config) -> str:
     """The kernel's name: dtypes, B layout, tile, stages, and a suffix per option."""
     return (f"gemm_{cfg.dtype}_{cfg.out_dtype}_{cfg.b_layout}_{cfg.tile_m}x{cfg.tile_n}_s{cfg.stages}"
-            f"{'_sk' if cfg.split_k else ''}{'_d' if cfg.epilogue == 'direct' else ''}"
+            f"{'_sk' if cfg.split_k else ''}{'_stk' if cfg.stream_k else ''}{'_d' if cfg.epilogue == 'direct' else ''}"
             f"{'_pp' if cfg.pingpong else ''}{'_t' if cfg.transpose_c else ''}"
             f"{f'_ks{cfg.k_split}' if cfg.k_split > 1 else ''}{'_dr' if cfg.drawn else ''}")
 
@@ -417,7 +468,7 @@ def output_of(cfg: Config) -> tuple:
     """(C's parameters, the store hook) of the config's epilogue."""
     if cfg.epilogue == "direct":
         return DIRECT_PARAMS, store_direct(cfg)
-    return (C_PARAM,), store_c(cfg)
+    return (C_PARAM,) + (DIRECT_PARAMS if cfg.c_tail else ()), store_c(cfg)
 
 
 def build(cfg: Config = Config()):
@@ -453,6 +504,8 @@ def catalog():
     yield build(Config(b_layout="kn"))
     yield build(Config(dtype="f16", tile_n=128, stages=6))
     yield build(Config(split_k=True))
+    yield build(Config(stream_k=True))
+    yield build(Config(tile_n=240, stages=4))
     yield build(Config(tile_m=64, stages=5, split_k=True, out_dtype="f32"))
     yield build(Config(epilogue="direct"))
     yield build(Config(tile_n=16, stages=8, split_k=True, epilogue="direct", transpose_c=True))

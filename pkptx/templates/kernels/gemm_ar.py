@@ -42,8 +42,9 @@ class Config:
 
 def build(cfg: Config = Config()):
     g = cfg.gemm
-    if g.split_k:
-        raise PTXBuildError("gemm_ar: the fused kernel communicates whole tiles; split-K is the plain gemm's")
+    if g.split_k or g.stream_k:
+        raise PTXBuildError("gemm_ar: the fused kernel communicates whole tiles; split-K and stream-K are the plain "
+                            "gemm's")
     out_bytes = 4 if g.out_dtype == "f32" else 2
     vec_per_row = g.tile_n * out_bytes // 16
     steps, rest = divmod(g.tile_m * vec_per_row, REDUCE_THREADS * BATCH)
