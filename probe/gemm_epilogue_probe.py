@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         cublas = event_ms(lambda: torch.matmul(a, b.T, out=c), stream, repeats=args.repeats)
         print(f"| {name} | cuBLAS | - | {cublas * 1e3:.1f} | 1.000 | - |")
-        cfg = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, allow_swap=True)
+        cfg = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, k_major_b=True)
 
         def timed(label, build=real_build, l2=None, planned=None, stores=True, schedule=cfg):
             """Median us of ``schedule`` with ``build``'s kernel (and tensor maps promoting ``l2``); rel err

@@ -68,12 +68,12 @@ def main(argv=None) -> int:
         baseline = ((lambda: torch._scaled_mm(a, b.T, one, one, out_dtype=torch.bfloat16, use_fast_accum=True))
                     if args.fp8 else (lambda: torch.matmul(a, b.T, out=c)))
         cublas = event_ms(baseline, stream, repeats=args.repeats)
-        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, allow_swap=True, dtype=dtype)
+        chosen = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, k_major_b=True, dtype=dtype)
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
         for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
-                              epilogues=("tma", "direct"), allow_swap=True, dtype=dtype) + extra:
+                              epilogues=("tma", "direct"), k_major_b=True, dtype=dtype) + extra:
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()

@@ -174,7 +174,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout, scale_a, 
     names = input_name(a.dtype), dtype_name(out.dtype)
     scales = _scales(names[0], scale_a, scale_b, device, stream)
     schedule = config or plan(m, n, k, names[1], sm_count=context_sm_count(device),
-                              smem_limit=device.smem_per_block_optin, allow_swap=b_layout == "nk",
+                              smem_limit=device.smem_per_block_optin, k_major_b=b_layout == "nk",
                               dtype=names[0])
     cfg = replace(check_config(schedule, m, n, k, *names, b_layout), drawn=partial_context(device))
     launchable = load(kernel.build, cfg, device)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ..templates.gemm_parts import FP8_TYPES, NARROW_STEP, TILE_K, k_block_elements
+from ..templates.gemm_parts import BOX_COLS, FP8_TYPES, NARROW_STEP, TILE_K, k_block_elements
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -50,13 +50,15 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
     (128, 240): 0.98, (128, 224): 0.96,   # widths that fit waves where 256 overshoots (C's last 48 or 32 columns
-}                                         # stored from registers); interpolated, until a sweep refits them
+    (256, 160): 1.0, (256, 128): 1.0,     # stored from registers), and 256-row tiles (two chains a warpgroup):
+}                                         # set by hand, until a sweep refits them
 # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
 # than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
 # regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
 # 128 x 256 at 0.90 (probe/gemm_fit.py --fp8's own fit also raised 64 x 256 to 0.92: 6 % lost at 256x8192x8192).
 FP8_TILE_RATE = {**TILE_RATE, (128, 192): 0.96, (128, 128): 0.92}
-DEFAULT_TILES = ((128, 256), (128, 240), (128, 224), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
+DEFAULT_TILES = ((128, 256), (256, 160), (256, 128), (128, 240), (128, 224), (128, 192), (128, 128), (64, 256),
+                 (64, 192), (64, 128), (64, 64))
 PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
@@ -187,13 +189,14 @@ def k_split_of(tile_n: int) -> int:
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
                shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES,
-               allow_swap: bool = False, dtype: str = "bf16") -> list[GemmConfig]:
+               k_major_b: bool = False, dtype: str = "bf16") -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
-    STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep); then the ping-pong schedule of each tile in
-    ``pingpong`` (TMA epilogue, unsplit); then, with ``allow_swap`` and M <= SWAP_MAX_M, the swapped
-    schedules (64 x M rounded up to 16, direct epilogue, at most one wave of units)."""
+    STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep); then the ping-pong schedule of each
+    tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K): tile widths that are not
+    whole 64-column boxes, and with M <= SWAP_MAX_M the swapped schedules (64 x M rounded up to 16,
+    direct epilogue, at most one wave of units); B given K x N loads whole boxes only."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
         idle = allow_split and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
         k_blocks = -(-k // k_block_elements(dtype))
@@ -206,7 +209,7 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
 
     out = []
     for epilogue in epilogues:
-        for tile_m, tile_n in shapes:
+        for tile_m, tile_n in (s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):
             stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
             if stages >= 2:
                 out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=k_split_of(tile_n))
@@ -216,7 +219,7 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
                                           stream_k=True))
     out += [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
             for tile_m, tile_n in pingpong]
-    if allow_swap and m <= SWAP_MAX_M:
+    if k_major_b and m <= SWAP_MAX_M:
         width = -(-m // NARROW_STEP) * NARROW_STEP
         tiles = tiles_of(n, m, 64, width)
         out += [GemmConfig(64, width, max_stages(64, width, smem_limit, "direct"), splits, epilogue="direct", swap=True,
@@ -227,13 +230,13 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
 
 @functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, out_dtype: str, *, sm_count: int, smem_limit: int, allow_split: bool = True,
-         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES, allow_swap: bool = False,
+         shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES, k_major_b: bool = False,
          dtype: str = "bf16") -> GemmConfig:
     """The candidate with the least modelled time (ties: the earlier, i.e. wider tiles and fewer splits).
     Memoized: weighing the candidates costs 30-150 us of Python, more than the launch it picks for."""
     out_bytes = 4 if out_dtype == "f32" else 2
     options = candidates(m, n, k, sm_count=sm_count, smem_limit=smem_limit, allow_split=allow_split, shapes=shapes,
-                         epilogues=epilogues, pingpong=pingpong, allow_swap=allow_swap, dtype=dtype)
+                         epilogues=epilogues, pingpong=pingpong, k_major_b=k_major_b, dtype=dtype)
     return min(options, key=lambda c: estimate_s(c, m, n, k, out_bytes, sm_count, dtype))
 
 

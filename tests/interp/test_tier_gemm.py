@@ -54,14 +54,16 @@ def test_gemm_128x256x64(layout, out_dtype):
     assert_close(got, gemm.reference(a, b, layout), out_dtype, 1, "C")
 
 
-@pytest.mark.parametrize("tile_n, out_dtype", [(80, "bf16"), (112, "f32"), (240, "bf16")])
-def test_gemm_tma_epilogue_with_a_column_tail(tile_n, out_dtype):
+@pytest.mark.parametrize("tile_m, tile_n, out_dtype, epilogue", [
+    (64, 80, "bf16", "tma"), (64, 112, "f32", "tma"), (64, 240, "bf16", "tma"), (256, 80, "bf16", "tma"),
+    (256, 64, "f32", "direct")])
+def test_gemm_tile_widths_and_256_rows(tile_m, tile_n, out_dtype, epilogue):
     """A tile width that is not whole C boxes (pkptx.ops.gemm_plan fits waves with such widths): the
-    TMA epilogue stores the whole boxes, registers the columns past them, clipped at C's edges (C
-    NaN-poisoned; N = 200 cuts the last tile column short)."""
-    m, n, k = 100, 200, 128
-    cfg = gemm.Config(tile_m=64, tile_n=tile_n, stages=2, out_dtype=out_dtype)
-    assert cfg.c_tail
+    TMA epilogue stores the whole boxes, registers the columns past them, clipped at C's edges; and
+    256-row tiles, two 64-row chains a warpgroup (C NaN-poisoned; M = 300 and N = 200 cut the last tile
+    row and column short)."""
+    m, n, k = 300 if tile_m == 256 else 100, 200, 128
+    cfg = gemm.Config(tile_m=tile_m, tile_n=tile_n, stages=2, out_dtype=out_dtype, epilogue=epilogue)
     ranks = Ranks(1, seed=14)
     (a,), (b,) = _operands(31, 1, m, n, k, "nk")
     mach = ranks.world.machine

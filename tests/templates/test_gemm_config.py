@@ -82,13 +82,15 @@ def test_the_direct_epilogue_is_weighed_only_when_asked():
 
 
 def test_candidates_cover_every_tile_and_split_one():
-    opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)
+    opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, k_major_b=True)
     assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) and set(DEFAULT_TILES) <= set(TILE_RATE)
+    boxed = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)           # B K x N: whole 64-column boxes
+    assert {(c.tile_m, c.tile_n) for c in boxed} == {t for t in DEFAULT_TILES if t[1] % 64 == 0}
     assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM, pingpong=c.pingpong) for c in opts)
     assert {(c.tile_m, c.tile_n) for c in opts if c.pingpong} == set(PINGPONG_TILES)
     assert all(c.splits == 1 and c.epilogue == "tma" for c in opts if c.pingpong)
     assert {c.splits for c in opts} >= {1, 2, 4, 8}
-    assert candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, allow_split=False) == \
+    assert candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, allow_split=False, k_major_b=True) == \
         [c for c in opts if c.splits == 1]
 
 
@@ -119,9 +121,9 @@ def test_swap_needs_k_major_b_and_the_direct_epilogue():
 
 @given(m=st.integers(1, 200), n=st.sampled_from([1024, 4096, 8192, 14336]), k=st.sampled_from([1024, 8192, 16384]))
 def test_swapped_schedules_only_for_few_rows_and_k_major_b(m, n, k):
-    """Swapped candidates exist exactly for M <= SWAP_MAX_M with allow_swap; their width is M rounded up
-    to 16, and the schedule planned without allow_swap never swaps."""
-    opts = candidates(m, n, k, sm_count=H200, smem_limit=SMEM, allow_swap=True)
+    """Swapped candidates exist exactly for M <= SWAP_MAX_M with k_major_b; their width is M rounded up
+    to 16, and the schedule planned without k_major_b never swaps."""
+    opts = candidates(m, n, k, sm_count=H200, smem_limit=SMEM, k_major_b=True)
     widths = {c.tile_n for c in opts if c.swap}
     assert widths == ({-(-m // 16) * 16} if m <= SWAP_MAX_M else set())
     assert all(c.epilogue == "direct" and check_config(c, m, n, k, "bf16", "bf16", "nk") for c in opts if c.swap)
@@ -134,7 +136,7 @@ def test_swapped_schedules_only_for_few_rows_and_k_major_b(m, n, k):
 def test_few_rows_take_the_fastest_measured_swapped_schedule(shape, want):
     """The fastest of every candidate timed (H100, bench/RESULTS.md 2026-12-06): 1.019, 1.026 and 1.013
     of cuBLAS, where the best unswapped schedule ran 0.953, 1.025 and 0.971."""
-    chosen = plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM, allow_swap=True)
+    chosen = plan(*shape, "bf16", sm_count=H200, smem_limit=SMEM, k_major_b=True)
     assert chosen == replace(want, k_split=k_split_of(want.tile_n))
 
 
@@ -266,7 +268,7 @@ def test_a_tile_width_that_fits_the_waves():
     """3000x5000x2000: 128 x 256 tiles leave the 4th wave 64 % full (480 on 132 SMs); 128 x 240 runs the
     same 4 waves on tiles a sixteenth narrower (504 tiles), C's last 48 columns of each stored from
     registers."""
-    assert plan(3000, 5000, 2000, "bf16", sm_count=H200, smem_limit=SMEM) == GemmConfig(128, 240, 4)
+    assert plan(3000, 5000, 2000, "bf16", sm_count=H200, smem_limit=SMEM, k_major_b=True) == GemmConfig(128, 240, 4)
 
 
 def test_drawn_is_the_plain_gemms():

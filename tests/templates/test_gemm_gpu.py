@@ -39,7 +39,7 @@ def problems(draw):
 def schedules(draw, m, n, k, layout, sms):
     """None (the model's choice) or any schedule the model weighs for this shape, split-K included."""
     options = candidates(m, n, k, sm_count=sms, smem_limit=227 * 1024, shapes=tuple(TILE_RATE),
-                         epilogues=("tma", "direct"), allow_swap=layout == "nk")
+                         epilogues=("tma", "direct"), k_major_b=layout == "nk")
     split = [c for c in options if c.splits > 1]
     return draw(st.one_of(st.none(), st.sampled_from(options), *([st.sampled_from(split)] if split else [])))
 
@@ -84,7 +84,7 @@ def test_fp8_gemm_matches_float64(gpu, problem, seed, data):
     from pkptx.launch.occupancy import context_sm_count
     m, n, k, _, dtype, out_dtype = problem
     options = candidates(m, n, k, sm_count=context_sm_count(gpu), smem_limit=227 * 1024, shapes=tuple(TILE_RATE),
-                         epilogues=("tma", "direct"), allow_swap=True, dtype=dtype)
+                         epilogues=("tma", "direct"), k_major_b=True, dtype=dtype)
     config = data.draw(st.one_of(st.none(), st.sampled_from(options)), label="config")
     scales = data.draw(st.one_of(st.none(), st.tuples(st.floats(0.01, 4.0), st.floats(0.01, 4.0))), label="scales")
     err = _fp8_error(problem, seed, config, scales)
@@ -137,15 +137,17 @@ def test_gemm_matches_float64(gpu, problem, seed, data):
     ((3000, 5000, 2000, "nk", "bf16", "bf16"), GemmConfig(128, 256, 4, stream_k=True)),
     ((2560, 2560, 8192, "nk", "f16", "f32"), GemmConfig(128, 224, 4, stream_k=True)),
     ((2000, 1000, 4000, "nk", "bf16", "bf16"), GemmConfig(64, 128, 8, k_split=2, stream_k=True)),
-    ((2000, 1000, 4000, "kn", "bf16", "f16"), GemmConfig(128, 128, 7, epilogue="direct", stream_k=True)),
+    ((2000, 1500, 4000, "kn", "bf16", "f16"), GemmConfig(128, 128, 7, epilogue="direct", stream_k=True)),
     ((3000, 5000, 2000, "nk", "bf16", "bf16"), GemmConfig(128, 240, 4)),
     ((777, 1288, 4096, "nk", "f16", "f32"), GemmConfig(128, 224, 4)),
+    ((3000, 5000, 2000, "nk", "bf16", "bf16"), GemmConfig(256, 160, 3)),
+    ((777, 1288, 4096, "kn", "f16", "f32"), GemmConfig(256, 128, 4, epilogue="direct")),
 ])
 def test_split_k_same_bits_twice_and_close(gpu, problem, config):
     """Deterministic: the same bits on a second run, whichever slice arrives last each time; and the
     counters left at 0 (a second run that read stale tickets would lose or double partials). Also
-    stream-K (whole waves, then the last wave's tiles cut into k-runs) and the tile widths whose last
-    columns the TMA epilogue stores from registers."""
+    stream-K (whole waves, then the last wave's tiles cut into k-runs), the tile widths whose last
+    columns the TMA epilogue stores from registers, and 256-row tiles."""
     a, b, first = _run(problem, 1, config)
     _, _, second = _run(problem, 1, config)
     assert first.tobytes() == second.tobytes()

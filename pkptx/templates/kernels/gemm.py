@@ -56,7 +56,7 @@ class Config:
     dtype: str = "bf16"          # A and B: bf16, f16, or fp8 (e4m3, e5m2; scaled, B N x K)
     out_dtype: str = "bf16"      # C: bf16, f16 or f32
     b_layout: str = "nk"         # "nk": B is N x K; "kn": B is K x N
-    tile_m: int = 128            # 64 rows per consumer warpgroup
+    tile_m: int = 128            # 64 rows per consumer warpgroup (256: two 64-row chains each)
     tile_n: int = 256
     stages: int = 4
     group_m: int = 8             # tile rows walked together for L2 reuse
@@ -80,9 +80,12 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.scaled and self.b_layout != "nk":
             raise PTXBuildError(f"gemm Config: fp8 wgmma reads B K-major only: it needs b_layout 'nk', got {self}")
-        if self.tile_m not in (64, 128) or self.tile_n % NARROW_STEP or not NARROW_STEP <= self.tile_n <= 256:
-            raise PTXBuildError(f"gemm Config: tile_m 64 or 128, tile_n a multiple of {NARROW_STEP} up to 256, "
+        if self.tile_m not in (64, 128, 256) or self.tile_n % NARROW_STEP or not NARROW_STEP <= self.tile_n <= 256:
+            raise PTXBuildError(f"gemm Config: tile_m 64, 128 or 256, tile_n a multiple of {NARROW_STEP} up to 256, "
                                 f"got {self}")
+        if self.tile_m == 256 and (self.pingpong or self.split_k or self.stream_k):
+            raise PTXBuildError(f"gemm Config: a 256-row tile runs whole, cooperatively (no pingpong, split-K or "
+                                f"stream-K), got {self}")
         if self.tile_n % BOX_COLS and self.b_layout != "nk":
             raise PTXBuildError(f"gemm Config: a tile_n that is not a multiple of 64 needs b_layout 'nk' (B K x N "
                                 f"loads whole 64-column boxes), got {self}")
@@ -126,12 +129,13 @@ class Config:
 
     @property
     def consumers(self) -> int:
-        return 2 if self.pingpong else self.tile_m // 64
+        return 2 if self.pingpong else min(self.tile_m // 64, 2)
 
     @property
     def chains(self) -> int:
-        """64-row accumulators a consumer warpgroup holds: a ping-pong warpgroup owns the whole tile."""
-        return self.tile_m // 64 if self.pingpong else 1
+        """64-row accumulators a consumer warpgroup holds: a ping-pong warpgroup owns the whole tile, a
+        cooperative one its share of the rows (two chains of a 256-row tile)."""
+        return self.tile_m // 64 if self.pingpong else self.tile_m // (64 * self.consumers)
 
     @property
     def acc_regs(self) -> int:
@@ -302,7 +306,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
                  for acc in accs]
         lane0 = b.setp("eq", u32, b.and_("b32", ctx.role_tid, 31), 0, name="warp_leader")
         pipe = loop.pipe
-        a_rows = ctx.smem["smem_a"] if cfg.pingpong else b.mad(u32, wg, 64 * 128, ctx.smem["smem_a"], mode="lo")
+        a_rows = (ctx.smem["smem_a"] if cfg.pingpong
+                  else b.mad(u32, wg, 64 * cfg.chains * 128, ctx.smem["smem_a"], mode="lo"))
         for kb in b.range(kb_first, kb_end, name="kb"):
             stage = pipe.wait(b, deadline=ctx.deadline, abandon=True, name="wait_full").stage
             a_tile = b.mad(u32, stage, cfg.a_bytes, a_rows, mode="lo", name="a_tile")
@@ -340,17 +345,21 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
             return
         if cfg.stream_k:                       # a worker's run may end before its second tile
             with b.if_then(b.setp("lt", u32, kb_first, kb_end, name="live_segment"), uniform=True):
-                finish(ctx, wg, tm, tn, multiply(ctx, wg, kb_first, kb_end)[0], part)
+                finish(ctx, wg, tm, tn, multiply(ctx, wg, kb_first, kb_end), part)
         else:
-            finish(ctx, wg, tm, tn, multiply(ctx, wg, kb_first, kb_end)[0], part)
+            finish(ctx, wg, tm, tn, multiply(ctx, wg, kb_first, kb_end), part)
 
-    def finish(ctx, wg, tm, tn, acc, part):
-        """Store the warpgroup's slab, or publish its partial and store the sum if it completes it."""
+    def finish(ctx, wg, tm, tn, accs, part):
+        """Store the warpgroup's slabs (one a chain), or publish its partial and store the sum if it
+        completes the slab (split-K and stream-K tiles: one chain)."""
         b = ctx.b
         staging = staging_of(ctx, wg)
         if part is None:
-            store(ctx, acc, tm, tn, wg, staging)
+            for chain, acc in enumerate(accs):
+                store(ctx, acc, tm, tn, wg, staging,
+                      slab=b.mad(u32, wg, cfg.chains, chain, mode="lo", name="chain_slab") if cfg.chains > 1 else None)
             return
+        acc, = accs
         fixup = dict(tile_n=cfg.tile_n, wg_tid=b.and_("b32", ctx.role_tid, 127, name="split_tid"),
                      barrier_id=b.add(u32, wg, 1, name="split_barrier"),
                      ticket_smem=b.mad(u32, wg, 4, ctx.smem["split_ticket"], mode="lo", name="ticket_word"))
