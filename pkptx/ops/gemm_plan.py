@@ -181,10 +181,11 @@ def tile_rate(tile_m: int, tile_n: int, dtype: str = "bf16") -> float:
     return (FP8_TILE_RATE if dtype in FP8_TYPES else TILE_RATE)[tile_m, tile_n]
 
 
-def k_split_of(tile_n: int) -> int:
+def k_split_of(tile_n: int, tile_m: int = 128) -> int:
     """Accumulators a k-block's wgmma alternate over: 4 for tiles narrower than 64 columns, 2 up to 128
-    (per warpgroup), else 1 (a wide product already outlasts the next one's issue)."""
-    return 4 if tile_n < 64 else 2 if tile_n <= 128 else 1
+    (per warpgroup), else 1 (a wide product already outlasts the next one's issue); 1 for a 256-row
+    tile, whose two chains a warpgroup already alternate."""
+    return 1 if tile_m > 128 else 4 if tile_n < 64 else 2 if tile_n <= 128 else 1
 
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
@@ -193,18 +194,20 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
-    STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep); then the ping-pong schedule of each
+    STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep; 256-row tiles run whole); then the
+    ping-pong schedule of each
     tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K): tile widths that are not
     whole 64-column boxes, and with M <= SWAP_MAX_M the swapped schedules (64 x M rounded up to 16,
     direct epilogue, at most one wave of units); B given K x N loads whole boxes only."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
-        idle = allow_split and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
+        idle = allow_split and tile_m <= 128 and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
         k_blocks = -(-k // k_block_elements(dtype))
         return range(1, max(1, min(MAX_SPLITS, k_blocks // MIN_SLICE_BLOCKS) if idle else 1) + 1)
 
     def streams(tile_m: int, tile_n: int) -> bool:
         k_blocks, tiles = -(-k // k_block_elements(dtype)), tiles_of(m, n, tile_m, tile_n)
-        split = allow_split and fill(tiles, sm_count) < STREAM_K_FILL and stream_k_split(tiles, k_blocks, sm_count)
+        split = (allow_split and tile_m <= 128 and fill(tiles, sm_count) < STREAM_K_FILL
+                 and stream_k_split(tiles, k_blocks, sm_count))
         return bool(split) and -(-split[1] * k_blocks // sm_count) >= MIN_SLICE_BLOCKS
 
     out = []
@@ -212,10 +215,10 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
         for tile_m, tile_n in (s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):
             stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
             if stages >= 2:
-                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=k_split_of(tile_n))
+                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=k_split_of(tile_n, tile_m))
                         for splits in split_counts(m, n, tile_m, tile_n)]
                 if streams(tile_m, tile_n):
-                    out.append(GemmConfig(tile_m, tile_n, stages, epilogue=epilogue, k_split=k_split_of(tile_n),
+                    out.append(GemmConfig(tile_m, tile_n, stages, epilogue=epilogue, k_split=k_split_of(tile_n, tile_m),
                                           stream_k=True))
     out += [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
             for tile_m, tile_n in pingpong]

@@ -201,16 +201,18 @@ def _kernel_configs():
     """Every kernel the model can choose on a 227 KB device, both out types, split or not; the layouts
     and f16 on the widest tiles (they change loads, not registers)."""
     for tile_m, tile_n in TILE_RATE:
-        for split in (False, True):
+        cuts_k = tile_m <= 128                  # a 256-row tile runs whole
+        for split in (False, True)[:1 + cuts_k]:
             for out in ("bf16", "f32"):
                 yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n,
                                     stages=max_stages(tile_m, tile_n, SMEM), split_k=split)
-        yield kernel.Config(tile_m=tile_m, tile_n=tile_n, stages=max_stages(tile_m, tile_n, SMEM), stream_k=True)
+        if cuts_k:
+            yield kernel.Config(tile_m=tile_m, tile_n=tile_n, stages=max_stages(tile_m, tile_n, SMEM), stream_k=True)
     for tile_n in (256, 192):
         yield kernel.Config(b_layout="kn", dtype="f16", out_dtype="f16", tile_n=tile_n,
                             stages=max_stages(128, tile_n, SMEM), split_k=True)
     for tile_m, tile_n in TILE_RATE:        # the direct epilogue the probe measures
-        for split, out in ((False, "bf16"), (True, "f32")):
+        for split, out in ((False, "bf16"), (True, "f32"))[:1 + (tile_m <= 128)]:
             yield kernel.Config(out_dtype=out, tile_m=tile_m, tile_n=tile_n, split_k=split, epilogue="direct",
                                 stages=max_stages(tile_m, tile_n, SMEM, "direct"))
     for tile_m in (128, 64):                 # swapped: M as a narrow tile, stored transposed
@@ -220,7 +222,10 @@ def _kernel_configs():
                                     stages=max_stages(tile_m, tile_n, SMEM, "direct"))
 
 
-KERNELS = list(_kernel_configs())
+# A kernel whose consumers take the producer's registers (setmaxnreg; a 256-row tile's 160 accumulators)
+# is assembled by the driver on the device, where setmaxnreg holds (CompiledKernel.jit): offline, ptxas
+# ignores it and spills. The GPU tests run those.
+KERNELS = [cfg for cfg in _kernel_configs() if not cfg.rebalance]
 
 
 @pytest.mark.parametrize("cfg", KERNELS, ids=[kernel.build(c).name for c in KERNELS])
