@@ -38,6 +38,14 @@ def _operands(seed: int, w: int, m: int, n: int, k: int, layout: str):
     return a, b
 
 
+def _poisoned_c(mach, m: int, n: int, out_dtype: str):
+    """C on the machine, every element NaN: a kernel must write each one."""
+    out_bytes = 4 if out_dtype == "f32" else 2
+    c_dev = mach.alloc(m * n * out_bytes, name="c")
+    c_dev.write(np.full(m * n * out_bytes // 2, 0x7FC0, np.uint16))
+    return c_dev
+
+
 @pytest.mark.parametrize("layout, out_dtype", [("nk", "bf16"), ("kn", "bf16"), ("nk", "f32")])
 def test_gemm_128x256x64(layout, out_dtype):
     m, n, k = 128, 256, 64
@@ -67,9 +75,7 @@ def test_gemm_tile_widths_and_256_rows(tile_m, tile_n, out_dtype, epilogue):
     ranks = Ranks(1, seed=14)
     (a,), (b,) = _operands(31, 1, m, n, k, "nk")
     mach = ranks.world.machine
-    out_bytes = 4 if out_dtype == "f32" else 2
-    a_dev, c_dev = mach.from_numpy(a, name="a"), mach.alloc(m * n * out_bytes, name="c")
-    c_dev.write(np.full(m * n * out_bytes // 2, 0x7FC0, np.uint16))
+    a_dev, c_dev = mach.from_numpy(a, name="a"), _poisoned_c(mach, m, n, out_dtype)
     values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
     ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=2, smem=cfg.smem_bytes, num_comm_sms=0,
                  tmap_c=ranks.tensor_map(c_dev.base, DTYPES[out_dtype], (m, n), cfg.c_box), c=c_dev.base, m=m, n=n,
@@ -162,9 +168,7 @@ def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype, k_split):
     ranks = Ranks(1, seed=6)
     (a,), (b,) = _operands(13, 1, m, n, k, "nk")
     mach = ranks.world.machine
-    out_bytes = 4 if out_dtype == "f32" else 2
-    b_dev, c_dev = mach.from_numpy(b, name="b"), mach.alloc(m * n * out_bytes, name="c")
-    c_dev.write(np.full(m * n * out_bytes // 2, 0x7FC0, np.uint16))
+    b_dev, c_dev = mach.from_numpy(b, name="b"), _poisoned_c(mach, m, n, out_dtype)
     values = ranks.gemm_values(cfg, b_dev.base, a, 0, n, m, k)             # the kernel's A is B, its B is A
     if splits > 1:
         slabs = values["tiles_m"] * values["tiles_n"]
