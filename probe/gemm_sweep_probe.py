@@ -8,10 +8,11 @@ per candidate: modelled and measured microseconds, TFLOP/s, cuBLAS time / ours, 
 model's choice; per shape, the model's pick against the fastest.
 Stops starting new shapes after ``--budget`` seconds (default 100). Needs a GPU and torch.
 
-``--fp8``: e4m3 inputs (unit scales) against torch._scaled_mm with fast accumulation.
+``--fp8``: e4m3 inputs (unit scales) against torch._scaled_mm with fast accumulation. ``--tiles``: only
+those tile shapes (and the model's pick), TMA epilogue only.
 
     python probe/gemm_sweep_probe.py [--budget 100] [--repeats 7] [--shapes 128x8192x8192,...] [--narrow 64x32,...]
-                                     [--fp8]
+                                     [--fp8] [--tiles 256x160,128x256,...]
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--narrow", default="", help="comma-separated tile shapes narrower than 64 (e.g. 64x32), "
                                                  "unswapped, direct epilogue, weighed beside the candidates")
     ap.add_argument("--fp8", action="store_true", help="e4m3 inputs against torch._scaled_mm (fast accumulation)")
+    ap.add_argument("--tiles", default="", help="comma-separated tile shapes to time (TMA epilogue), beside the pick")
     args = ap.parse_args(argv)
     import torch
 
@@ -52,6 +54,7 @@ def main(argv=None) -> int:
     print(f"# {dev.name}, {sms} SMs, {smem} B shared memory per block; repeats {args.repeats}")
     print("shape | schedule | model us | measured us | TFLOP/s | cuBLAS/ours | rel err | same bits")
     narrow = [tuple(int(v) for v in t.split("x")) for t in args.narrow.split(",") if t]
+    only = {tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t}
     extra = [GemmConfig(tm, tn, max_stages(tm, tn, smem, "direct"), epilogue="direct") for tm, tn in narrow]
     picks = []
     for m, n, k in shapes:
@@ -72,8 +75,9 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
-        for cfg in candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
-                              epilogues=("tma", "direct"), k_major_b=True, dtype=dtype) + extra:
+        weighed = candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
+                             epilogues=("tma",) if only else ("tma", "direct"), k_major_b=True, dtype=dtype) + extra
+        for cfg in [c for c in weighed if not only or (c.tile_m, c.tile_n) in only or c == chosen]:
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
             first = c.clone()
