@@ -354,12 +354,14 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         completes the slab (split-K and stream-K tiles: one chain)."""
         b = ctx.b
         staging = staging_of(ctx, wg)
-        if part is None:
+        if part is None and cfg.chains > 1:
             for chain, acc in enumerate(accs):
-                store(ctx, acc, tm, tn, wg, staging,
-                      slab=b.mad(u32, wg, cfg.chains, chain, mode="lo", name="chain_slab") if cfg.chains > 1 else None)
+                store(ctx, acc, tm, tn, wg, staging, slab=b.mad(u32, wg, cfg.chains, chain, mode="lo", name="chain_slab"))
             return
         acc, = accs
+        if part is None:
+            store(ctx, acc, tm, tn, wg, staging)
+            return
         fixup = dict(tile_n=cfg.tile_n, wg_tid=b.and_("b32", ctx.role_tid, 127, name="split_tid"),
                      barrier_id=b.add(u32, wg, 1, name="split_barrier"),
                      ticket_smem=b.mad(u32, wg, 4, ctx.smem["split_ticket"], mode="lo", name="ticket_word"))
