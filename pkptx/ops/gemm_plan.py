@@ -32,6 +32,12 @@ narrow: a chain of short m64nNk16 products then does not wait on each one's late
 1 %). The fused and grouped kernels keep one (:func:`choose_config`): not measured there, and their
 128-row tiles are where the H100 run saw the split lose up to 0.6 %.
 
+Stream-K (``stream_k``, :mod:`..templates.stream_k`) runs the whole waves of tiles and cuts the tiles of a
+partly filled last wave into equal k-block runs, one per block; its runs share less of A and B in L2
+than a wave of whole tiles (STREAM_K_SLOWDOWN), so it is weighed only where the last wave is less than
+STREAM_K_FILL full. Widths that fit the waves better than 256 (240, 224: C's last columns stored from
+registers, B given N x K) and 256-row tiles (two chains a warpgroup, whole) are weighed beside them.
+
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
 (bench/RESULTS.md); ``probe/gemm_sweep_probe.py`` measures every candidate to refit them.

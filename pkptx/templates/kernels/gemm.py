@@ -8,6 +8,11 @@ A is M x K row-major; B is N x K row-major (``b_layout="nk"``, C = A·Bᵀ) or K
 of 16, M any, N a multiple of 8 (16-byte rows for TMA); partial tiles are handled by TMA (zero fill on
 loads, clipping on stores).
 
+Tiles are 64, 128 or 256 rows (a 256-row tile: each consumer warpgroup two 64-row accumulator chains) by
+a multiple of 16 columns up to 256. With B given N x K the width need not be whole 64-column boxes, so
+the planner can fit the waves (3000x5000x2000: 504 tiles of 128 x 240 in four waves of 132): the TMA
+epilogue stores the whole C boxes and the last columns from registers (``c``, ``m``, ``n`` parameters).
+
 fp8 inputs (``dtype`` e4m3 or e5m2, B given N x K: wgmma reads 8-bit operands K-major only) run the same
 kernel on 128-element k-blocks (the same 128-byte rows) with m64nNk32 wgmma; C = scale_a · scale_b · A·Bᵀ,
 the two per-tensor scales read from f32 words in global memory (``scale_a``, ``scale_b`` parameters) and
