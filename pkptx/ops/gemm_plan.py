@@ -36,7 +36,8 @@ Stream-K (``stream_k``, :mod:`..templates.stream_k`) runs the whole waves of til
 partly filled last wave into equal k-block runs, one per block; its runs share less of A and B in L2
 than a wave of whole tiles (STREAM_K_SLOWDOWN), so it is weighed only where the last wave is less than
 STREAM_K_FILL full. Widths that fit the waves better than 256 (240, 224: C's last columns stored from
-registers, B given N x K) and 256-row tiles (two chains a warpgroup, whole) are weighed beside them.
+registers, B given N x K) are weighed beside them; 256-row tiles (two chains a warpgroup, whole) only
+where ``shapes`` names them (not by default: never timed on a GPU yet).
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
@@ -56,15 +57,17 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
     (128, 240): 0.98, (128, 224): 0.96,   # widths that fit waves where 256 overshoots (C's last 48 or 32 columns
-    (256, 160): 1.0, (256, 128): 1.0,     # stored from registers), and 256-row tiles (two chains a warpgroup):
-}                                         # set by hand, until a sweep refits them
+                                          # stored from registers): interpolated; H100 sweep 2026-12-07: 128x240
+                                          # 102.0 us at 3000x5000x2000 (128x256 103.4), 128x224 155.0 at 2560²x8192
+                                          # (128x256 170.3)
+    (256, 160): 1.0, (256, 128): 1.0,     # 256-row tiles (two chains a warpgroup): a guess, not in DEFAULT_TILES
+}                                         # until a sweep has timed them (the sweep probe and GPU tests weigh them)
 # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
 # than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
 # regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
 # 128 x 256 at 0.90 (probe/gemm_fit.py --fp8's own fit also raised 64 x 256 to 0.92: 6 % lost at 256x8192x8192).
 FP8_TILE_RATE = {**TILE_RATE, (128, 192): 0.96, (128, 128): 0.92}
-DEFAULT_TILES = ((128, 256), (256, 160), (256, 128), (128, 240), (128, 224), (128, 192), (128, 128), (64, 256),
-                 (64, 192), (64, 128), (64, 64))
+DEFAULT_TILES = ((128, 256), (128, 240), (128, 224), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
 PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
