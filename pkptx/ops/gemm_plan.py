@@ -80,8 +80,9 @@ EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, 
     "direct": 64e9,           # a guess until probe/gemm_sweep_probe.py measures it (not chosen by default)
 }
 FILL_ENOUGH = 0.9             # wave efficiency at splits=1 above which split-K is never considered
-STREAM_K_FILL = 0.85          # ... and above which stream-K is not: on the H100 (bench/RESULTS.md 2026-12-07) it
-                              # lost 0-3 % at 0.91-0.97 (3000x5000x2000, 4096³, 6144x2048x4096, 16384x5120x5120)
+STREAM_K_FILL = 0.85          # ... and above which stream-K is not: on the H100 (bench/RESULTS.md 2026-12-07) it lost
+                              # 0.5-11 % at 0.91-0.97 (3000x5000x2000, 4096³, 6144x2048x4096, 16384x5120x5120, 8192²x1024)
+                              # and won 2.5-7 % at 0.76 (2560x4096x4096, 2560x2560x8192)
 STREAM_K_SLOWDOWN = 1.5       # the cut tiles' k-blocks against a whole tile's: runs at different K offsets share
                               # less of A and B in L2 (fitted to the same sweep: 1.3-2.5)
 MIN_SLICE_BLOCKS = 8          # k-blocks per K slice, at least: a shorter slice spends more on refill and on its
@@ -204,8 +205,7 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
     STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep; 256-row tiles run whole); then the
-    ping-pong schedule of each
-    tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K): tile widths that are not
+    ping-pong schedule of each tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K): tile widths that are not
     whole 64-column boxes, and with M <= SWAP_MAX_M the swapped schedules (64 x M rounded up to 16,
     direct epilogue, at most one wave of units); B given K x N loads whole boxes only."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:

@@ -194,7 +194,7 @@ SCALE_PARAMS = (Param("scale_a", u64, pointer=True), Param("scale_b", u64, point
 def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), progress: bool = True,
              comm_first: bool = False) -> Template:
     """The LCSC template of a GEMM-shaped kernel: GEMM parameters, stage ring, staging buffers (and for
-    split-K its parameters and one shared word per consumer warpgroup for the drawn ticket)."""
+    split-K or stream-K its parameters and one shared word per consumer warpgroup for the drawn ticket)."""
     split = cfg.split_k or cfg.stream_k
     if cfg.drawn and TASK_COUNTER_PARAM not in params:
         raise PTXBuildError(f"{name}: drawn is the plain GEMM's (gemm.build); a composing kernel draws its tasks "
@@ -403,9 +403,9 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def num_tasks(ctx):
         b = ctx.b
-        tiles = b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
         if cfg.stream_k:
             return b.mad(u32, ctx.p.sk_workers, SEGMENTS_PER_WORKER, ctx.p.dp_tiles, mode="lo", name="units")
+        tiles = b.mul(u32, loop.tiles_m, ctx.p.tiles_n, mode="lo", name="tiles")
         return b.mul(u32, tiles, ctx.p.splits, mode="lo", name="units") if cfg.split_k else tiles
 
     return dict(num_tasks=num_tasks, prologue=prologue, loader=loader, consumer=consumer)
