@@ -81,7 +81,8 @@ EPILOGUE_BYTES_PER_S = {      # ... and the epilogue the tensor cores wait for, 
 }
 FILL_ENOUGH = 0.9             # wave efficiency at splits=1 above which split-K is never considered
 STREAM_K_FILL = 0.85          # ... and above which stream-K is not: on the H100 (bench/RESULTS.md 2026-12-07) it lost
-                              # 0.5-11 % at 0.91-0.97 (3000x5000x2000, 4096³, 6144x2048x4096, 16384x5120x5120, 8192²x1024)
+                              # 0.5-11 % at 0.91-0.97 (3000x5000x2000, 4096³, 6144x2048x4096, 16384x5120x5120,
+                              # 8192²x1024)
                               # and won 2.5-7 % at 0.76 (2560x4096x4096, 2560x2560x8192)
 STREAM_K_SLOWDOWN = 1.5       # the cut tiles' k-blocks against a whole tile's: runs at different K offsets share
                               # less of A and B in L2 (fitted to the same sweep: 1.3-2.5)
@@ -205,9 +206,9 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
     STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep; 256-row tiles run whole); then the
-    ping-pong schedule of each tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K): tile widths that are not
-    whole 64-column boxes, and with M <= SWAP_MAX_M the swapped schedules (64 x M rounded up to 16,
-    direct epilogue, at most one wave of units); B given K x N loads whole boxes only."""
+    ping-pong schedule of each tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K):
+    tile widths that are not whole 64-column boxes, and with M <= SWAP_MAX_M the swapped schedules (64 x M
+    rounded up to 16, direct epilogue, at most one wave of units); B given K x N loads whole boxes only."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
         idle = allow_split and tile_m <= 128 and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
         k_blocks = -(-k // k_block_elements(dtype))
@@ -224,11 +225,11 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
         for tile_m, tile_n in (s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):
             stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
             if stages >= 2:
-                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=k_split_of(tile_n, tile_m))
+                ks = k_split_of(tile_n, tile_m)
+                out += [GemmConfig(tile_m, tile_n, stages, splits, epilogue=epilogue, k_split=ks)
                         for splits in split_counts(m, n, tile_m, tile_n)]
                 if streams(tile_m, tile_n):
-                    out.append(GemmConfig(tile_m, tile_n, stages, epilogue=epilogue, k_split=k_split_of(tile_n, tile_m),
-                                          stream_k=True))
+                    out.append(GemmConfig(tile_m, tile_n, stages, epilogue=epilogue, k_split=ks, stream_k=True))
     out += [GemmConfig(tile_m, tile_n, max_stages(tile_m, tile_n, smem_limit, pingpong=True), pingpong=True)
             for tile_m, tile_n in pingpong]
     if k_major_b and m <= SWAP_MAX_M:

@@ -1,7 +1,8 @@
 """Stream-K for GEMM-shaped kernels: a persistent grid whose tiles leave the last wave partly empty
-(3000x5000x2000 on 128 x 256 tiles: 480 tiles, 3.6 waves of 132) runs the whole waves as whole tiles and
+(2560x2560x8192 on 128 x 256 tiles: 200 tiles, 1.5 waves of 132) runs the whole waves as whole tiles and
 cuts the tiles of the last one into equal runs of k-blocks, one run per worker, so every block ends at
-about the same time.
+about the same time. The runs sit at different K offsets, so they share less of A and B in L2 than a
+wave of whole tiles: it pays where the last wave is weakly filled (gemm_plan.STREAM_K_FILL).
 
 Tasks: the first ``dp_tiles`` are whole tiles (tile index = task). Task ``dp_tiles + i * workers + g`` is
 worker g's i-th segment: worker g owns k-blocks ``[g*I/W, (g+1)*I/W)`` of the I = sk_tiles * k_blocks
@@ -18,7 +19,7 @@ that order, whichever block adds it up: the same bits run to run.
 - Position 0 (a run's last segment, usually the last to finish): reads the counter first; if all P-1
   others have arrived it adds their partials to its own registers and writes nothing. Otherwise it
   writes its partial (slot ``2g + 1``) and takes a ticket like the others.
-- The arrival that completes the count (the P-1 th ticket, or position 0's read of P-1) resets the
+- The arrival that completes the count (a ticket drawn after P-1 others, or position 0's read of P-1) resets the
   counter to 0 for the next launch and stores C.
 
 Memory ordering: the split-K ticket chain (:func:`.split_k.take_ticket`: partial stores, ``bar.sync``,

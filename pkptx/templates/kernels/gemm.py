@@ -361,7 +361,8 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
         staging = staging_of(ctx, wg)
         if part is None and cfg.chains > 1:
             for chain, acc in enumerate(accs):
-                store(ctx, acc, tm, tn, wg, staging, slab=b.mad(u32, wg, cfg.chains, chain, mode="lo", name="chain_slab"))
+                slab = b.mad(u32, wg, cfg.chains, chain, mode="lo", name="chain_slab")
+                store(ctx, acc, tm, tn, wg, staging, slab=slab)
             return
         acc, = accs
         if part is None:
@@ -442,8 +443,8 @@ def store_c(cfg: Config):
         store_slab(ctx, cfg, list(acc)[:boxed // 2], wg, staging, tensor_map_param(b, "tmap_c"), row, col, n=boxed)
         if cfg.c_tail:
             store_fragments(b, list(acc)[boxed // 2:], b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.c_tail,
-                            out_type=cfg.out_dtype, c_ptr=ctx.p.c, row0=row, col0=b.add(u32, col, boxed, name="tail_col"),
-                            rows=ctx.p.m, cols=ctx.p.n)
+                            out_type=cfg.out_dtype, c_ptr=ctx.p.c, row0=row,
+                            col0=b.add(u32, col, boxed, name="tail_col"), rows=ctx.p.m, cols=ctx.p.n)
     return store
 
 
