@@ -106,9 +106,16 @@ def operands(line: str) -> tuple[str, list[str], list[str]]:
 
 def loaded_exit(lines: list[str], loop: "Loop") -> list[str]:
     """The loads from global memory (not .nc, not .param) in the loop's own body whose value decides a
-    branch out of the loop: the flag polls of a spin-wait."""
+    branch out of the loop (to a label outside it: a forward branch within the body, an if of one
+    iteration, does not end the loop): the flag polls of a spin-wait."""
+    labels = {line[:-1]: i for i, line in enumerate(lines) if is_label(line)}
+
+    def leaves(line: str) -> bool:
+        m = re.search(r"\bbra(?:\.uni)?\s+(\$L_[A-Za-z0-9_]+);", line)
+        return bool(m) and not loop.start <= labels.get(m.group(1), -1) <= loop.end
+
     body = loop.direct(lines)
-    exits = [(operands(x)[0], x) for x in body if mnemonic(x).startswith("bra") and loop.head not in x]
+    exits = [(operands(x)[0], x) for x in body if mnemonic(x).startswith("bra") and leaves(x)]
     exit_preds = {g for g, _ in exits if g}
     found = []
     for k, line in enumerate(body):

@@ -187,6 +187,25 @@ def test_epoch_waits_are_wrap_safe(expected, ahead, behind):
     assert not any(x.startswith(("st.", "atom.global.exch")) and "%r+" not in x for x in lines if "@" not in x)
 
 
+def test_the_spin_checker_tells_a_poll_from_a_read_that_decides_an_if():
+    """A loop that ends on a loaded flag spins (it must be bounded); a task loop that reads a counter once
+    to choose one iteration's branch (stream-K's position 0) does not."""
+    from pkptx.isa import Param, u64
+    k = Kernel("polls", [Param("f", u64, pointer=True)], max_threads=32)
+    b = k.builder()
+    f = b.load_param("f")
+    with b.loop("poll") as lp:
+        lp.break_if(b.setp("eq", u32, b.ld(u32, address(f), space="global", sem=Sem.ACQUIRE, scope=Scope.GPU), 1))
+    for task in b.range(0, 4, name="task"):
+        seen = b.ld(u32, address(f), space="global", sem=Sem.ACQUIRE, scope=Scope.GPU, name="seen")
+        with b.if_then(b.setp("eq", u32, seen, 3)):
+            b.st(u32, address(f, 8), task, space="global")
+    b.ret()
+    lines, all_loops = S.loops(k.render())
+    _, spins = S.spin_loops(k.render())
+    assert len(all_loops) == 2 and [lp.head for lp in spins] == [all_loops[0].head]
+
+
 def test_barriers_never_reset_their_counter():
     sc = Scratch()
     lines = sc.raw(lambda b: barrier(b, sc.flags, 2, 6, rank=sc.rank, world=sc.world, scope="sys",
