@@ -22,7 +22,8 @@ STEP_BYTES = 32      # what one wgmma K step reads of a K-major row: 16 16-bit o
 FP8_TYPES = ("e4m3", "e5m2")
 BOX_COLS = 64        # N-major B and C sub-tiles: 64 16-bit columns = 128 bytes
 SUBTILE_ROWS = 64
-NARROW_STEP = 16     # the narrowest tile_n and its step for K-major B (a swapped small-M problem's M)
+NARROW_STEP = 16     # a swapped small-M problem's M rounds up to this (the widths its sweep measured)
+N_STEP = 8           # wgmma's N step: the narrowest tile_n and its step
 STAGING_BYTES = 16 * 1024   # per consumer warpgroup
 
 

@@ -63,7 +63,7 @@ def test_gemm_128x256x64(layout, out_dtype):
 
 
 @pytest.mark.parametrize("tile_m, tile_n, out_dtype, epilogue", [
-    (64, 80, "bf16", "tma"), (64, 112, "f32", "tma"), (64, 240, "bf16", "tma"), (256, 80, "bf16", "tma"),
+    (64, 80, "bf16", "tma"), (64, 72, "bf16", "tma"), (256, 152, "bf16", "tma"), (128, 200, "f32", "direct"), (64, 112, "f32", "tma"), (64, 240, "bf16", "tma"), (256, 80, "bf16", "tma"),
     (256, 64, "f32", "direct")])
 def test_gemm_tile_widths_and_256_rows(tile_m, tile_n, out_dtype, epilogue):
     """A tile width that is not whole C boxes (pkptx.ops.gemm_plan fits waves with such widths): the
@@ -157,7 +157,8 @@ def test_gemm_pingpong(m, k, stages, epilogue, tile_m):
 
 
 @pytest.mark.parametrize("m, n, tile_n, splits, out_dtype, k_split", [
-    (20, 136, 32, 1, "bf16", 1), (16, 64, 16, 2, "f32", 4), (40, 72, 48, 3, "bf16", 2)])
+    (20, 136, 32, 1, "bf16", 1), (16, 64, 16, 2, "f32", 4), (40, 72, 48, 3, "bf16", 2), (7, 72, 8, 1, "bf16", 4),
+    (20, 136, 24, 2, "f32", 4)])
 def test_gemm_swapped_small_m(m, n, tile_n, splits, out_dtype, k_split):
     """The swapped schedule (pkptx.ops.gemm_plan): the kernel computes Cᵀ = B·Aᵀ with B's N rows down
     the 64-row side and M as a narrow tile, and stores each tile transposed into C (NaN-poisoned

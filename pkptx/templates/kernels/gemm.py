@@ -9,7 +9,7 @@ of 16, M any, N a multiple of 8 (16-byte rows for TMA); partial tiles are handle
 loads, clipping on stores).
 
 Tiles are 64, 128 or 256 rows (a 256-row tile: each consumer warpgroup two 64-row accumulator chains) by
-a multiple of 16 columns up to 256. With B given N x K the width need not be whole 64-column boxes, so
+a multiple of 8 columns up to 256. With B given N x K the width need not be whole 64-column boxes, so
 the planner can fit the waves (3000x5000x2000: 504 tiles of 128 x 240 in four waves of 132): the TMA
 epilogue stores the whole C boxes and the last columns from registers (``c``, ``m``, ``n`` parameters).
 
@@ -44,7 +44,7 @@ from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
-from ..gemm_parts import (BOX_COLS, FP8_TYPES, NARROW_STEP, STAGING_BYTES, TILE_K, k_block_elements,
+from ..gemm_parts import (BOX_COLS, FP8_TYPES, N_STEP, STAGING_BYTES, TILE_K, k_block_elements,
                           mma_k_block_chains, stage_accumulators, store_fragments, store_fragments_transposed,
                           tile_of)
 from ..lcsc import Buffer, Ring, Template
@@ -85,8 +85,8 @@ class Config:
             raise PTXBuildError(f"gemm Config.b_layout must be 'nk' or 'kn', got {self.b_layout!r}")
         if self.scaled and self.b_layout != "nk":
             raise PTXBuildError(f"gemm Config: fp8 wgmma reads B K-major only: it needs b_layout 'nk', got {self}")
-        if self.tile_m not in (64, 128, 256) or self.tile_n % NARROW_STEP or not NARROW_STEP <= self.tile_n <= 256:
-            raise PTXBuildError(f"gemm Config: tile_m 64, 128 or 256, tile_n a multiple of {NARROW_STEP} up to 256, "
+        if self.tile_m not in (64, 128, 256) or self.tile_n % N_STEP or not N_STEP <= self.tile_n <= 256:
+            raise PTXBuildError(f"gemm Config: tile_m 64, 128 or 256, tile_n a multiple of {N_STEP} up to 256, "
                                 f"got {self}")
         if self.tile_m == 256 and (self.pingpong or self.split_k or self.stream_k):
             raise PTXBuildError(f"gemm Config: a 256-row tile runs whole, cooperatively (no pingpong, split-K or "
