@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ..templates.gemm_parts import BOX_COLS, FP8_TYPES, NARROW_STEP, TILE_K, k_block_elements
+from ..templates.gemm_parts import BOX_COLS, FP8_TYPES, N_STEP, NARROW_STEP, TILE_K, k_block_elements
 from ..templates.kernels import gemm as kernel
 from ..templates.split_k import slab_bytes
 
@@ -56,18 +56,19 @@ PEAK_PER_SM = 6.35e12         # bf16 FLOP/s of one SM in the K loop of a 128 x 2
 TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (wgmma width, operand reuse), refitted
     (128, 256): 1.0, (128, 192): 0.9, (128, 128): 0.8, (128, 64): 0.52,    # by probe/gemm_fit.py to the sweep
     (64, 256): 0.62, (64, 192): 0.66, (64, 128): 0.62, (64, 64): 0.28,     # of 2026-12-04 (stepped k-block ring)
-    (128, 240): 0.98, (128, 224): 0.96,   # widths that fit waves where 256 overshoots (C's last 48 or 32 columns
-                                          # stored from registers): interpolated; H100 sweep 2026-12-07: 128x240
-                                          # 102.0 us at 3000x5000x2000 (128x256 103.4), 128x224 155.0 at 2560²x8192
-                                          # (128x256 170.3)
-    (256, 160): 1.0, (256, 128): 1.0,     # 256-row tiles (two chains a warpgroup): a guess, not in DEFAULT_TILES
-}                                         # until a sweep has timed them (the sweep probe and GPU tests weigh them)
+    (128, 240): 0.98, (128, 224): 0.96,   # C's last 48 or 32 columns stored from registers; H100 sweep 2026-12-07:
+                                          # 128x240 102.0 us at 3000x5000x2000 (128x256 103.4), 128x224 155.0 at
+                                          # 2560²x8192 (128x256 170.3)
+    (256, 128): 0.97, (256, 152): 0.93,   # 256-row tiles (two chains a warpgroup; 152 to 192 columns: 3 stages), each
+    (256, 160): 0.94, (256, 192): 0.99,   # the share at which the model's times matched 128 x 256's measured/modelled
+}                                         # ratio at 5 shapes (H100 sweep 2026-12-07 22:00, bench/RESULTS.md)
 # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
 # than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
 # regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
 # 128 x 256 at 0.90 (probe/gemm_fit.py --fp8's own fit also raised 64 x 256 to 0.92: 6 % lost at 256x8192x8192).
 FP8_TILE_RATE = {**TILE_RATE, (128, 192): 0.96, (128, 128): 0.92}
-DEFAULT_TILES = ((128, 256), (128, 240), (128, 224), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
+DEFAULT_TILES = ((128, 256), (128, 192), (128, 128), (64, 256), (64, 192), (64, 128), (64, 64))
+FITTED_WIDTHS = {128: (128, 256), 256: (128, 192)}     # tile rows: the widths fitted_width chooses among (B N x K)
 PINGPONG_TILES = ((128, 192), (128, 128))
 HBM_BYTES_PER_S = 4.0e12      # sustained HBM read bandwidth of the whole device
 SM_BYTES_PER_S = 45e9         # what one SM's TMA loads sustain when few SMs are busy
@@ -188,8 +189,24 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, out_bytes: int, sm_count
 
 def tile_rate(tile_m: int, tile_n: int, dtype: str = "bf16") -> float:
     """The tile shape's sustained share of the peak: TILE_RATE for 16-bit inputs, FP8_TILE_RATE for fp8
-    (whose k-blocks hold twice the K at twice the FLOP rate)."""
-    return (FP8_TILE_RATE if dtype in FP8_TYPES else TILE_RATE)[tile_m, tile_n]
+    (whose k-blocks hold twice the K at twice the FLOP rate); a width between two measured ones of the
+    same height, linearly between their shares."""
+    table = FP8_TILE_RATE if dtype in FP8_TYPES else TILE_RATE
+    if (tile_m, tile_n) in table:
+        return table[tile_m, tile_n]
+    widths = sorted(w for h, w in table if h == tile_m)
+    below, above = max(w for w in widths if w < tile_n), min(w for w in widths if w > tile_n)
+    share = (tile_n - below) / (above - below)
+    return (1 - share) * table[tile_m, below] + share * table[tile_m, above]
+
+
+def fitted_width(rows: int, cols: int, tile_m: int, sm_count: int) -> int:
+    """The width (a multiple of N_STEP within FITTED_WIDTHS[tile_m]) whose tiles put the fewest columns
+    on the busiest block: waves x width, ties to the wider. 3000x5000 on 132 SMs: 128 x 240 (504 tiles
+    in 4 waves, 960 columns; 256 wide: 1024), 256 x 152 (396 tiles in exactly 3 waves, as cuBLAS runs it)."""
+    narrowest, widest = FITTED_WIDTHS[tile_m]
+    return min(range(widest, narrowest - 1, -N_STEP),
+               key=lambda w: -(-tiles_of(rows, cols, tile_m, w) // sm_count) * w)
 
 
 def k_split_of(tile_n: int, tile_m: int = 128) -> int:
@@ -220,9 +237,11 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
                  and stream_k_split(tiles, k_blocks, sm_count))
         return bool(split) and -(-split[1] * k_blocks // sm_count) >= MIN_SLICE_BLOCKS
 
+    if k_major_b and shapes == DEFAULT_TILES:
+        shapes += tuple((tile_m, fitted_width(m, n, tile_m, sm_count)) for tile_m in FITTED_WIDTHS)
     out = []
     for epilogue in epilogues:
-        for tile_m, tile_n in (s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):
+        for tile_m, tile_n in dict.fromkeys(s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):
             stages = max_stages(tile_m, tile_n, smem_limit, epilogue)
             if stages >= 2:
                 ks = k_split_of(tile_n, tile_m)
