@@ -35,9 +35,10 @@ narrow: a chain of short m64nNk16 products then does not wait on each one's late
 Stream-K (``stream_k``, :mod:`..templates.stream_k`) runs the whole waves of tiles and cuts the tiles of a
 partly filled last wave into equal k-block runs, one per block; its runs share less of A and B in L2
 than a wave of whole tiles (STREAM_K_SLOWDOWN), so it is weighed only where the last wave is less than
-STREAM_K_FILL full. Widths that fit the waves better than 256 (240, 224: C's last columns stored from
-registers, B given N x K) are weighed beside them; 256-row tiles (two chains a warpgroup, whole) only
-where ``shapes`` names them (not by default: never timed on a GPU yet).
+STREAM_K_FILL full. With B given N x K, one width per tile height in FITTED_WIDTHS (128 rows; 256 rows:
+two chains a warpgroup, whole tiles) is fitted to the waves (:func:`fitted_width`; C's columns past the
+last whole 64-column box stored from registers) and weighed beside DEFAULT_TILES, at a share interpolated
+between the measured widths' (:func:`tile_rate`).
 
 Split-K is considered only when the tiles leave more than a tenth of the device idle at ``splits=1``:
 where tiles already fill the SMs, splitting only adds partial traffic. The constants are H200 figures
@@ -59,9 +60,9 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 240): 0.98, (128, 224): 0.96,   # C's last 48 or 32 columns stored from registers; H100 sweep 2026-12-07:
                                           # 128x240 102.0 us at 3000x5000x2000 (128x256 103.4), 128x224 155.0 at
                                           # 2560²x8192 (128x256 170.3)
-    (256, 128): 0.97, (256, 152): 0.93,   # 256-row tiles (two chains a warpgroup; 152 to 192 columns: 3 stages), each
-    (256, 160): 0.94, (256, 192): 0.99,   # the share at which the model's times matched 128 x 256's measured/modelled
-}                                         # ratio at 5 shapes (H100 sweep 2026-12-07 22:00, bench/RESULTS.md)
+    (256, 128): 0.97, (256, 152): 0.95,   # 256-row tiles (two chains a warpgroup; 152 to 192 columns: 3 stages):
+    (256, 160): 0.95, (256, 192): 0.96,   # shares at which the model orders them among 128 x 256 and 128 x 240 as
+}                                         # the H100 sweep of 2026-12-07 22:00 did at 5 shapes (bench/RESULTS.md)
 # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
 # than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
 # regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
@@ -200,13 +201,14 @@ def tile_rate(tile_m: int, tile_n: int, dtype: str = "bf16") -> float:
     return (1 - share) * table[tile_m, below] + share * table[tile_m, above]
 
 
-def fitted_width(rows: int, cols: int, tile_m: int, sm_count: int) -> int:
-    """The width (a multiple of N_STEP within FITTED_WIDTHS[tile_m]) whose tiles put the fewest columns
-    on the busiest block: waves x width, ties to the wider. 3000x5000 on 132 SMs: 128 x 240 (504 tiles
-    in 4 waves, 960 columns; 256 wide: 1024), 256 x 152 (396 tiles in exactly 3 waves, as cuBLAS runs it)."""
+def fitted_width(rows: int, cols: int, tile_m: int, sm_count: int, dtype: str = "bf16") -> int:
+    """The width (a multiple of N_STEP within FITTED_WIDTHS[tile_m]) whose tiles cost the busiest block
+    least: waves x width / the width's share (a narrower tile runs slower), ties to the wider.
+    3000x5000 on 132 SMs: 128 x 232 (528 tiles, exactly 4 waves; 256 wide: 480, also 4), 256 x 152 (396 tiles
+    in exactly 3 waves, as cuBLAS runs it)."""
     narrowest, widest = FITTED_WIDTHS[tile_m]
     return min(range(widest, narrowest - 1, -N_STEP),
-               key=lambda w: -(-tiles_of(rows, cols, tile_m, w) // sm_count) * w)
+               key=lambda w: -(-tiles_of(rows, cols, tile_m, w) // sm_count) * w / tile_rate(tile_m, w, dtype))
 
 
 def k_split_of(tile_n: int, tile_m: int = 128) -> int:
@@ -238,7 +240,7 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
         return bool(split) and -(-split[1] * k_blocks // sm_count) >= MIN_SLICE_BLOCKS
 
     if k_major_b and shapes == DEFAULT_TILES:
-        shapes += tuple((tile_m, fitted_width(m, n, tile_m, sm_count)) for tile_m in FITTED_WIDTHS)
+        shapes += tuple((tile_m, fitted_width(m, n, tile_m, sm_count, dtype)) for tile_m in FITTED_WIDTHS)
     out = []
     for epilogue in epilogues:
         for tile_m, tile_n in dict.fromkeys(s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):

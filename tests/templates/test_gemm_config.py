@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from pkptx.errors import PTXBuildError
 from pkptx.ops.gemm import GemmArgumentError, check_config, check_shapes
-from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, MIN_SLICE_BLOCKS, PINGPONG_TILES, TILE_RATE, GemmConfig,
-                                 SWAP_MAX_M, WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config, estimate_s,
-                                 fill, k_split_of, max_stages, plan, stream_k_split, tiles_of, workspace_bytes)
+from pkptx.ops.gemm_plan import (DEFAULT_TILES, FILL_ENOUGH, FITTED_WIDTHS, MIN_SLICE_BLOCKS, PINGPONG_TILES, TILE_RATE,
+                                 GemmConfig, SWAP_MAX_M, WHOLE_TILES, all_reduce_comm_sms, candidates, choose_config,
+                                 estimate_s, fill, fitted_width, k_split_of, max_stages, plan, stream_k_split,
+                                 tile_rate, tiles_of, workspace_bytes)
 from pkptx.templates.gemm_parts import TILE_K
 from pkptx.templates.kernels import gemm as kernel
 from pkptx.toolchain import assemble
@@ -83,7 +84,8 @@ def test_the_direct_epilogue_is_weighed_only_when_asked():
 
 def test_candidates_cover_every_tile_and_split_one():
     opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, k_major_b=True)
-    assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) and set(DEFAULT_TILES) <= set(TILE_RATE)
+    fitted = {(tile_m, fitted_width(128, 8192, tile_m, H200)) for tile_m in FITTED_WIDTHS}
+    assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) | fitted and set(DEFAULT_TILES) <= set(TILE_RATE)
     boxed = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)           # B K x N: whole 64-column boxes
     assert {(c.tile_m, c.tile_n) for c in boxed} == {t for t in DEFAULT_TILES if t[1] % 64 == 0}
     assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM, pingpong=c.pingpong) for c in opts)
@@ -270,10 +272,37 @@ def test_k_light_problems_take_the_ping_pong_schedule():
 
 
 def test_a_tile_width_that_fits_the_waves():
-    """3000x5000x2000: 128 x 256 tiles leave the 4th wave 64 % full (480 on 132 SMs); 128 x 240 runs the
-    same 4 waves on tiles a sixteenth narrower (504 tiles), C's last 48 columns of each stored from
-    registers."""
-    assert plan(3000, 5000, 2000, "bf16", sm_count=H200, smem_limit=SMEM, k_major_b=True) == GemmConfig(128, 240, 4)
+    """3000x5000x2000: 128 x 256 tiles leave the 4th wave 64 % full (480 on 132 SMs); 256 x 152 tiles fill
+    exactly 3 waves (396), as cuBLAS's 256 x 152 kernel does: 98.1 us against 128 x 240's 102.1 on the H100
+    (bench/RESULTS.md 2026-12-07 22:00), C's last 24 columns of each tile stored from registers."""
+    assert plan(3000, 5000, 2000, "bf16", sm_count=H200, smem_limit=SMEM, k_major_b=True) == GemmConfig(256, 152, 3)
+    assert fitted_width(3000, 5000, 128, H200) == 232
+
+
+@given(rows=st.integers(1, 20000), cols=st.integers(1, 20000), tile_m=st.sampled_from(sorted(FITTED_WIDTHS)),
+       sms=st.sampled_from([132, 114, 66, 7]))
+def test_fitted_width_costs_the_busiest_block_least(rows, cols, tile_m, sms):
+    """No legal width of the range costs the busiest block less (waves x width / its share); a wider one
+    that costs as little is not passed over; the kernel takes the width."""
+    def busiest(w):
+        return -(-tiles_of(rows, cols, tile_m, w) // sms) * w / tile_rate(tile_m, w)
+    width = fitted_width(rows, cols, tile_m, sms)
+    narrowest, widest = FITTED_WIDTHS[tile_m]
+    assert narrowest <= width <= widest and width % 8 == 0
+    assert all(busiest(width) < busiest(w) or (busiest(width) == busiest(w) and w < width)
+               for w in range(narrowest, widest + 1, 8) if w != width)
+    kernel.Config(tile_m=tile_m, tile_n=width, stages=max_stages(tile_m, width, SMEM))
+
+
+@given(tile_m=st.sampled_from(sorted(FITTED_WIDTHS)), step=st.integers(0, 16), fp8=st.booleans())
+def test_a_width_between_measured_ones_takes_a_share_between_theirs(tile_m, step, fp8):
+    narrowest, widest = FITTED_WIDTHS[tile_m]
+    width = min(widest, narrowest + 8 * step)
+    dtype = "e4m3" if fp8 else "bf16"
+    measured = sorted(w for h, w in TILE_RATE if h == tile_m)
+    below, above = max(w for w in measured if w <= width), min(w for w in measured if w >= width)
+    lo, hi = sorted((tile_rate(tile_m, below, dtype), tile_rate(tile_m, above, dtype)))
+    assert lo <= tile_rate(tile_m, width, dtype) <= hi
 
 
 def test_drawn_is_the_plain_gemms():
