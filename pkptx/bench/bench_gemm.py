@@ -11,7 +11,7 @@ import argparse
 import math
 import sys
 
-from .common import event_ms, report
+from .common import event_ms, paired_ms, report
 from .progress import progress
 
 SHAPES = [
@@ -90,12 +90,12 @@ def main(argv=None) -> int:
             wrong.append(name)
             continue
         repeats = 5 if args.quick else 30
-        ours = event_ms(ours_fn, stream, repeats=repeats)
         flop = 2 * m * n * k
         if theirs_fn is None:
+            ours = event_ms(ours_fn, stream, repeats=repeats)
             rows.append([name, cfg.label, f"{err:.1e}", ours, flop / ours / 1e9, "not a multiple of 16", "-", "-"])
             continue
-        theirs = event_ms(theirs_fn, stream, repeats=repeats)
+        ours, theirs = paired_ms(ours_fn, theirs_fn, stream, repeats=repeats)
         ratios[name] = theirs / ours
         rows.append([name, cfg.label, f"{err:.1e}", ours, flop / ours / 1e9, theirs, flop / theirs / 1e9,
                      f"{theirs / ours:.3f}"])
@@ -106,7 +106,8 @@ def main(argv=None) -> int:
                        ("GEMM bf16: pkptx vs cuBLAS (torch.matmul)", "torch.matmul"))
     report(title,
            ["M x N x K", "tile/stages", "rel err", "pkptx ms", "pkptx TFLOP/s", "cuBLAS ms", "cuBLAS TFLOP/s",
-            "ratio"], rows, "Median of CUDA-event timings (GPU time: a GPU spin before each repeat hides the host); "
+            "ratio"], rows, "Median of CUDA-event timings, ours and cuBLAS's repeats taken in turn (GPU time: a GPU "
+            "spin before each repeat hides the host); "
             f"ratio = cuBLAS ({baseline}) time / pkptx time (1.0 = parity); tile/stages: tile_m x tile_n / stages "
             f"(/kS: S K slices, deterministic split-K); {verdict}.",
            args.record)

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..launch import Device, time_cuda
+from ..launch import Device, time_cuda, time_cuda_alternating
 from .results import OUT_ENV, write_record
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -73,6 +73,13 @@ def event_ms(fn, stream, *, repeats: int = 20, warmup: int = 3, flush_l2: bool =
              hold_ns: int = GPU_ONLY_NS) -> float:
     """Median CUDA-event time of ``fn()`` (queued on ``stream``), in ms."""
     return time_cuda(fn, stream=stream, warmup=warmup, repeats=repeats, flush_l2=flush_l2, hold_ns=hold_ns).median_ms
+
+
+def paired_ms(ours, theirs, stream, *, repeats: int = 20, warmup: int = 3, hold_ns: int = GPU_ONLY_NS):
+    """(ours, theirs): median CUDA-event times in ms of two functions timed in turn, repeat by repeat, so
+    a ratio of the two is not skewed by clocks that fall as the GPU heats (time_cuda_alternating)."""
+    return tuple(t.median_ms for t in time_cuda_alternating((ours, theirs), stream=stream, warmup=warmup,
+                                                            repeats=repeats, hold_ns=hold_ns))
 
 
 def table(headers: list[str], rows: list[list]) -> str:

@@ -16,7 +16,7 @@ from .multicast import multicast_policy
 from .pool import CachingPool, DriverPool, default_pool, set_default_pool
 from .symmetric import SymmetricBuffer, SymmetricHeap
 from .tensormap import TensorMap, TensorMapError, TiledSpec, describe_tiled
-from .timing import Timing, evict_l2, time_cuda
+from .timing import Timing, evict_l2, time_cuda, time_cuda_alternating
 from .world import World
 
 __all__ = [
@@ -29,6 +29,6 @@ __all__ = [
     "Function", "get_function",
     "CachingPool", "DriverPool", "default_pool", "set_default_pool",
     "TensorMap", "TensorMapError", "TiledSpec", "describe_tiled",
-    "Timing", "evict_l2", "time_cuda",
+    "Timing", "evict_l2", "time_cuda", "time_cuda_alternating",
     "World", "SymmetricHeap", "SymmetricBuffer", "FlagArray", "host_barrier", "multicast_policy",
 ]

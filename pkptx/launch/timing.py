@@ -5,7 +5,8 @@ the figure; min and max show the spread. With ``flush_l2=True`` (see :func:`evic
 written between repeats (outside the timed region), so each repeat starts with a cold cache. With
 ``hold_ns`` the GPU spins that long before each repeat's start event, so the host's own time for
 ``fn()`` (argument checks, launch) overlaps GPU work and the events time the GPU alone: a kernel-to-
-kernel comparison, not what a Python caller waits.
+kernel comparison, not what a Python caller waits. :func:`time_cuda_alternating` takes the repeats of
+several functions in turn, so a comparison is not one side timed hot and the other cool.
 """
 from __future__ import annotations
 
@@ -80,20 +81,30 @@ def hold(stream, ns: int) -> None:
 def time_cuda(fn, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: bool = False,
               hold_ns: int = 0) -> Timing:
     """Time ``fn()``, which must queue its work on ``stream``, ``repeats`` times after ``warmup`` calls."""
-    if repeats < 1 or warmup < 0 or hold_ns < 0:
-        raise LaunchError(f"time_cuda(warmup={warmup}, repeats={repeats}, hold_ns={hold_ns}): expected warmup >= 0,"
-                          " repeats >= 1, hold_ns >= 0")
+    return time_cuda_alternating((fn,), stream=stream, warmup=warmup, repeats=repeats, flush_l2=flush_l2,
+                                 hold_ns=hold_ns)[0]
+
+
+def time_cuda_alternating(fns, *, stream=None, warmup: int = 3, repeats: int = 20, flush_l2: bool = False,
+                          hold_ns: int = 0) -> tuple[Timing, ...]:
+    """Time each of ``fns`` as :func:`time_cuda` does, their repeats taken in turn (a, b, a, b, ...):
+    a comparison in which both sides see the same clocks and heat, not one side's run after the other's."""
+    if repeats < 1 or warmup < 0 or hold_ns < 0 or not fns:
+        raise LaunchError(f"time_cuda(warmup={warmup}, repeats={repeats}, hold_ns={hold_ns}, {len(fns)} functions): "
+                          "expected warmup >= 0, repeats >= 1, hold_ns >= 0 and at least one function")
     s = as_stream(stream)
-    for _ in range(warmup):
-        fn()
-    pairs = [(Event(), Event()) for _ in range(repeats)]
-    for start, end in pairs:
-        if flush_l2:
-            evict_l2(s)
-        if hold_ns:
-            hold(s, hold_ns)
-        start.record(s)
-        fn()
-        end.record(s)
-    pairs[-1][1].synchronize()
-    return Timing(tuple(start.elapsed_ms(end) for start, end in pairs))
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    pairs = [[(Event(), Event()) for _ in range(repeats)] for _ in fns]
+    for i in range(repeats):
+        for fn, events in zip(fns, pairs):
+            if flush_l2:
+                evict_l2(s)
+            if hold_ns:
+                hold(s, hold_ns)
+            events[i][0].record(s)
+            fn()
+            events[i][1].record(s)
+    pairs[-1][-1][1].synchronize()
+    return tuple(Timing(tuple(start.elapsed_ms(end) for start, end in events)) for events in pairs)

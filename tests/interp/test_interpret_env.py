@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import pkptx
-from pkptx.errors import SettingError
+from pkptx.errors import LaunchError, SettingError
 from pkptx.interp import MemoryFault, UnsupportedError
 from pkptx.isa import Kernel, Param, address, f32, u32, u64
 from pkptx.launch import (DLPackError, Event, LaunchConfig, LoadedKernel, Stream, SymmetricHeap, World, capture, empty,
-                          device_synchronize, from_numpy, time_cuda)
+                          device_synchronize, from_numpy, time_cuda, time_cuda_alternating)
 from pkptx.launch import driver as pkdriver
 
 from tests.helpers.interpreted import interpreted_driver
@@ -163,6 +163,21 @@ def test_events_and_time_cuda_read_the_host_clock():
     assert len(timing.samples_ms) == 3 and timing.min_ms > 0
     device_synchronize()
     assert (xs.to_numpy() == 2.0 ** 5).all()         # five launches, each doubling x in place
+
+
+def test_time_cuda_alternating_takes_the_repeats_in_turn():
+    xs, ys = from_numpy(np.ones(512, np.float32)), from_numpy(np.ones(256, np.float32))
+    k = LoadedKernel.load(axpy())[2, 256]
+    calls = []
+    ours = lambda: (calls.append("ours"), k(xs, xs, 512, 1.0))        # noqa: E731
+    theirs = lambda: (calls.append("theirs"), k(ys, ys, 256, 1.0))    # noqa: E731
+    timings = time_cuda_alternating((ours, theirs), warmup=1, repeats=3)
+    assert calls == ["ours", "theirs"] + ["ours", "theirs"] * 3
+    assert [len(t.samples_ms) for t in timings] == [3, 3] and min(t.min_ms for t in timings) > 0
+    device_synchronize()
+    assert (xs.to_numpy() == 2.0 ** 4).all() and (ys.to_numpy() == 2.0 ** 4).all()
+    with pytest.raises(LaunchError, match="at least one function"):
+        time_cuda_alternating((), repeats=3)
 
 
 def test_a_fault_is_raised_by_the_launch_that_made_it():
