@@ -10,7 +10,7 @@ loads, clipping on stores).
 
 Tiles are 64, 128 or 256 rows (a 256-row tile: each consumer warpgroup two 64-row accumulator chains) by
 a multiple of 8 columns up to 256. With B given N x K the width need not be whole 64-column boxes, so
-the planner can fit the waves (3000x5000x2000: 504 tiles of 128 x 240 in four waves of 132): the TMA
+the planner can fit the waves (3000x5000x2000: 396 tiles of 256 x 152 in three waves of 132): the TMA
 epilogue stores the whole C boxes and the last columns from registers (``c``, ``m``, ``n`` parameters).
 
 fp8 inputs (``dtype`` e4m3 or e5m2, B given N x K: wgmma reads 8-bit operands K-major only) run the same
