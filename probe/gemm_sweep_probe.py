@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         best = None
         weighed = candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
                              epilogues=("tma",) if only else ("tma", "direct"), k_major_b=True, dtype=dtype) + extra
+        weighed += [chosen] if chosen not in weighed else []         # a width fitted to this shape's waves
         for cfg in [c for c in weighed if not only or (c.tile_m, c.tile_n) in only or c == chosen]:
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)
