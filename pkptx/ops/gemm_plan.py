@@ -60,9 +60,10 @@ TILE_RATE = {                 # sustained share of PEAK_PER_SM per tile shape (w
     (128, 240): 0.98, (128, 224): 0.96,   # C's last 48 or 32 columns stored from registers; H100 sweep 2026-12-07:
                                           # 128x240 102.0 us at 3000x5000x2000 (128x256 103.4), 128x224 155.0 at
                                           # 2560²x8192 (128x256 170.3)
-    (256, 128): 0.97, (256, 152): 0.95,   # 256-row tiles (two chains a warpgroup; 152 to 192 columns: 3 stages):
-    (256, 160): 0.95, (256, 192): 0.96,   # shares at which the model orders them among 128 x 256 and 128 x 240 as
-}                                         # the H100 sweep of 2026-12-07 22:00 did at 5 shapes (bench/RESULTS.md)
+    (256, 128): 0.97, (256, 152): 0.95,   # 256-row tiles (two chains a warpgroup; 144 to 192 columns: 3 stages):
+    (256, 160): 0.95, (256, 192): 0.96,   # shares at which the model orders them among 128-row tiles as the H100
+    (256, 144): 0.90,                     # sweeps of 2026-12-07 22:00-22:30 did at 10 shapes (bench/RESULTS.md);
+}                                         # 256 x 144 lost 5 % to 128 x 224 at 12000x4000x3008
 # fp8 inputs (shares of twice the FLOP rate): 128-row tiles of 128 and 192 columns keep closer to 128 x 256
 # than in bf16. Set by hand on probe/data/gemm_sweep_fp8_2026-12-07.txt (H100): the picks' geometric-mean
 # regret 1.015 -> 1.010, 512x4096x32768 unsplit on 128 x 128 at 0.99 of cuBLAS instead of two K slices of
