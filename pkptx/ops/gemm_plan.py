@@ -227,8 +227,9 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
     that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
     STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep; 256-row tiles run whole); then the
     ping-pong schedule of each tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K):
-    tile widths that are not whole 64-column boxes, and with M <= SWAP_MAX_M the swapped schedules (64 x M
-    rounded up to 16, direct epilogue, at most one wave of units); B given K x N loads whole boxes only."""
+    tile widths that are not whole 64-column boxes (with the default ``shapes``, also each height's
+    :func:`fitted_width`), and with M <= SWAP_MAX_M the swapped schedules (64 x M rounded up to 16, direct
+    epilogue, at most one wave of units); B given K x N loads whole boxes only."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
         idle = allow_split and tile_m <= 128 and fill(tiles_of(rows, cols, tile_m, tile_n), sm_count) < FILL_ENOUGH
         k_blocks = -(-k // k_block_elements(dtype))

@@ -84,12 +84,14 @@ def test_gemm_tile_widths_and_256_rows(tile_m, tile_n, out_dtype, epilogue):
     assert_close(c_dev.read(DTYPES[out_dtype], (m, n)), gemm.reference(a, b, "nk"), out_dtype, 1, "C")
 
 
-@pytest.mark.parametrize("dtype, out_dtype, tile_n", [("e4m3", "bf16", 128), ("e5m2", "f32", 64)])
-def test_fp8_gemm_scaled(dtype, out_dtype, tile_n):
+@pytest.mark.parametrize("dtype, out_dtype, tile_m, tile_n", [
+    ("e4m3", "bf16", 64, 128), ("e5m2", "f32", 64, 64), ("e4m3", "bf16", 256, 152), ("e4m3", "f32", 128, 200)])
+def test_fp8_gemm_scaled(dtype, out_dtype, tile_m, tile_n):
     """fp8 A and B (two 128-deep k-blocks, a short last tile row and column) with per-tensor scales read
-    from global memory: C = scale_a · scale_b · A·Bᵀ."""
-    m, n, k = 120, 2 * tile_n - 8, 256
-    cfg = gemm.Config(dtype=dtype, out_dtype=out_dtype, tile_m=64, tile_n=tile_n, stages=2)
+    from global memory: C = scale_a · scale_b · A·Bᵀ; also the planner's fitted widths (the last columns
+    stored from registers) and a 256-row tile."""
+    m, n, k = 2 * tile_m - 8, 2 * tile_n - 8, 256
+    cfg = gemm.Config(dtype=dtype, out_dtype=out_dtype, tile_m=tile_m, tile_n=tile_n, stages=2)
     ranks = Ranks(1, seed=4)
     rng = np.random.default_rng(9)
     a, b = (rng.standard_normal(shape, dtype=np.float32).astype(FP8[dtype]) for shape in ((m, k), (n, k)))
@@ -100,7 +102,8 @@ def test_fp8_gemm_scaled(dtype, out_dtype, tile_n):
               for name, v in (("scale_a", scale_a), ("scale_b", scale_b))}
     values = ranks.gemm_values(cfg, a_dev.base, b, 0, m, n, k)
     ranks.launch(0, kernel(gemm.build, cfg), _threads(cfg), layouts={}, grid=2, smem=cfg.smem_bytes, num_comm_sms=0,
-                 tmap_c=ranks.tensor_map(c_dev.base, DTYPES[out_dtype], (m, n), cfg.c_box), **values, **scales)
+                 tmap_c=ranks.tensor_map(c_dev.base, DTYPES[out_dtype], (m, n), cfg.c_box), **values, **scales,
+                 **(dict(c=c_dev.base, m=m, n=n) if cfg.c_tail else {}))
     ranks.run()
     ref = gemm.reference(a, b) * float(scale_a * scale_b)
     assert_close(c_dev.read(DTYPES[out_dtype], (m, n)), ref, out_dtype, 1, "C")

@@ -99,6 +99,7 @@ def test_fp8_gemm_matches_float64(gpu, problem, seed, data):
     ((16, 2048, 16384, "nk", "e4m3", "bf16"), GemmConfig(64, 16, 12, 2, epilogue="direct", swap=True, k_split=4)),
     ((777, 1288, 4096, "nk", "e4m3", "f16"), GemmConfig(128, 192, 4, pingpong=True)),
     ((3000, 5000, 2000, "nk", "e4m3", "bf16"), GemmConfig(128, 240, 4, stream_k=True)),
+    ((3000, 5000, 2000, "nk", "e4m3", "bf16"), GemmConfig(256, 152, 3)),
 ])
 def test_fp8_schedules_same_bits_twice_and_close(gpu, problem, config):
     """fp8 on split-K, k-split, swapped, ping-pong and stream-K schedules: the same bits twice, float64-close."""
