@@ -225,6 +225,15 @@ def test_markdown_sections_read_back(record):
                                             for r in record.rows]
 
 
+def test_a_probe_part_below_a_table_stays_in_the_notes():
+    """A ``###`` part under a recorded table, with a table of other columns, is notes: the record's rows
+    are its own table's (the replot read the probe's rows as the GEMM's before)."""
+    probe = "### Probe\n\n| shape | pick |\n|---|---|\n| 1x2x3 | 128x200/4 |"
+    text = f"## GEMM bf16: x\nwhere\n\n| a | b |\n|---|---|\n| 1 | 2.5 |\n\nnotes\n\n{probe}\n"
+    (back,) = results.parse_markdown(text)
+    assert back.headers == ("a", "b") and back.rows == ((1, 2.5),) and back.notes == f"notes\n\n{probe}"
+
+
 def test_records_written_under_the_environment_variable(tmp_path, monkeypatch):
     monkeypatch.delenv(results.OUT_ENV, raising=False)
     assert results.write_record("t", ["a"], [[1]], "", "") is None

@@ -88,15 +88,16 @@ def cell(text: str):
 
 def parse_markdown(text: str) -> list[Record]:
     """Every ``## title`` section of ``text`` that holds a table: the line under the heading (when it
-    is no table row) is where it was measured, the text after the table its notes."""
+    is no table row) is where it was measured, the text after its first table the notes (a ``###``
+    part below, with tables of its own, belongs to the notes)."""
     records = []
     for section in re.split(r"^## ", text, flags=re.M)[1:]:
         title, _, body = section.partition("\n")
         lines = body.strip("\n").splitlines()
-        table = [i for i, line in enumerate(lines) if line.startswith("|")]
-        if len(table) < 2:
+        first = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+        last = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines)) - 1
+        if last - first < 1:
             continue
-        first, last = table[0], table[-1]
         where = lines[0].strip() if first > 0 else ""
         grid = [line.strip().strip("|").split("|") for line in lines[first:last + 1]]
         ruled = all(set(c.strip()) <= set("-:") for c in grid[1])      # the |---|---| under the header
