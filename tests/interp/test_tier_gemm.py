@@ -63,7 +63,8 @@ def test_gemm_128x256x64(layout, out_dtype):
 
 
 @pytest.mark.parametrize("tile_m, tile_n, out_dtype, epilogue", [
-    (64, 80, "bf16", "tma"), (64, 72, "bf16", "tma"), (256, 152, "bf16", "tma"), (128, 200, "f32", "direct"), (64, 112, "f32", "tma"), (64, 240, "bf16", "tma"), (256, 80, "bf16", "tma"),
+    (64, 80, "bf16", "tma"), (64, 72, "bf16", "tma"), (256, 152, "bf16", "tma"), (128, 200, "f32", "direct"),
+    (64, 112, "f32", "tma"), (64, 240, "bf16", "tma"), (256, 80, "bf16", "tma"),
     (256, 64, "f32", "direct")])
 def test_gemm_tile_widths_and_256_rows(tile_m, tile_n, out_dtype, epilogue):
     """A tile width that is not whole C boxes (pkptx.ops.gemm_plan fits waves with such widths): the
