@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     from pkptx.launch import Device, Stream
     from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops.gemm import gemm
-    from pkptx.ops.gemm_plan import TILE_RATE, GemmConfig, candidates, estimate_s, max_stages, plan
+    from pkptx.ops.gemm_plan import TILE_RATE, GemmConfig, candidates, estimate_s, max_stages, plan, tile_rate
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     dev = Device.current()
@@ -55,9 +55,12 @@ def main(argv=None) -> int:
     print("shape | schedule | model us | measured us | TFLOP/s | cuBLAS/ours | rel err | same bits")
     narrow = [tuple(int(v) for v in t.split("x")) for t in args.narrow.split(",") if t]
     only = {tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t}
-    for tile in only - set(TILE_RATE):          # a width the model has no rate for: weighed at 1.0 (a guess)
-        print(f"# {tile[0]}x{tile[1]}: no fitted rate, modelled at 1.0")
-        TILE_RATE[tile] = 1.0
+    for tile in sorted(only - set(TILE_RATE)):  # a width between measured ones is weighed at their interpolated
+        try:                                     # share; one outside them at 1.0 (a guess)
+            tile_rate(*tile)
+        except ValueError:
+            print(f"# {tile[0]}x{tile[1]}: no share to interpolate, modelled at 1.0")
+            TILE_RATE[tile] = 1.0
     extra = [GemmConfig(tm, tn, max_stages(tm, tn, smem, "direct"), epilogue="direct") for tm, tn in narrow]
     picks = []
     for m, n, k in shapes:
@@ -78,9 +81,8 @@ def main(argv=None) -> int:
         name = f"{m}x{n}x{k}"
         print(f"{name} | cuBLAS | - | {cublas * 1e3:.1f} | {flop / cublas / 1e9:.0f} | 1.000 | - | -")
         best = None
-        weighed = candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE),
+        weighed = candidates(m, n, k, sm_count=sms, smem_limit=smem, shapes=tuple(TILE_RATE) + tuple(only),
                              epilogues=("tma",) if only else ("tma", "direct"), k_major_b=True, dtype=dtype) + extra
-        weighed += [chosen] if chosen not in weighed else []         # a width fitted to this shape's waves
         for cfg in [c for c in weighed if not only or (c.tile_m, c.tile_n) in only or c == chosen]:
             c.fill_(float("nan"))
             gemm(a, b, c, stream=stream, config=cfg)

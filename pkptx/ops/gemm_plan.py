@@ -221,13 +221,13 @@ def k_split_of(tile_n: int, tile_m: int = 128) -> int:
 
 def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_split: bool = True,
                shapes=DEFAULT_TILES, epilogues=("tma",), pingpong=PINGPONG_TILES,
-               k_major_b: bool = False, dtype: str = "bf16") -> list[GemmConfig]:
+               k_major_b: bool = False, dtype: str = "bf16", fitted=tuple(FITTED_WIDTHS)) -> list[GemmConfig]:
     """Every schedule the model weighs for this problem: each tile shape in ``shapes`` and epilogue in
     ``epilogues`` with the most stages that fit, and where the tiles leave SMs idle, every split count
     that keeps slices at least MIN_SLICE_BLOCKS deep, and where whole waves come before one less than
     STREAM_K_FILL full, stream-K (runs at least MIN_SLICE_BLOCKS deep; 256-row tiles run whole); then the
     ping-pong schedule of each tile in ``pingpong`` (TMA epilogue, unsplit). ``k_major_b`` (B given N x K):
-    tile widths that are not whole 64-column boxes (with the default ``shapes``, also each height's
+    tile widths that are not whole 64-column boxes (also, for each tile height in ``fitted``, its
     :func:`fitted_width`), and with M <= SWAP_MAX_M the swapped schedules (64 x M rounded up to 16, direct
     epilogue, at most one wave of units); B given K x N loads whole boxes only."""
     def split_counts(rows: int, cols: int, tile_m: int, tile_n: int) -> range:
@@ -241,8 +241,8 @@ def candidates(m: int, n: int, k: int, *, sm_count: int, smem_limit: int, allow_
                  and stream_k_split(tiles, k_blocks, sm_count))
         return bool(split) and -(-split[1] * k_blocks // sm_count) >= MIN_SLICE_BLOCKS
 
-    if k_major_b and shapes == DEFAULT_TILES:
-        shapes += tuple((tile_m, fitted_width(m, n, tile_m, sm_count, dtype)) for tile_m in FITTED_WIDTHS)
+    if k_major_b:
+        shapes = tuple(shapes) + tuple((tile_m, fitted_width(m, n, tile_m, sm_count, dtype)) for tile_m in fitted)
     out = []
     for epilogue in epilogues:
         for tile_m, tile_n in dict.fromkeys(s for s in shapes if k_major_b or s[1] % BOX_COLS == 0):

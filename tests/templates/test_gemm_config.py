@@ -86,6 +86,8 @@ def test_candidates_cover_every_tile_and_split_one():
     opts = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, k_major_b=True)
     fitted = {(tile_m, fitted_width(128, 8192, tile_m, H200)) for tile_m in FITTED_WIDTHS}
     assert {(c.tile_m, c.tile_n) for c in opts} == set(DEFAULT_TILES) | fitted and set(DEFAULT_TILES) <= set(TILE_RATE)
+    unfitted = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM, k_major_b=True, fitted=())
+    assert {(c.tile_m, c.tile_n) for c in unfitted} == set(DEFAULT_TILES)
     boxed = candidates(128, 8192, 8192, sm_count=H200, smem_limit=SMEM)           # B K x N: whole 64-column boxes
     assert {(c.tile_m, c.tile_n) for c in boxed} == {t for t in DEFAULT_TILES if t[1] % 64 == 0}
     assert all(c.stages == max_stages(c.tile_m, c.tile_n, SMEM, pingpong=c.pingpong) for c in opts)
