@@ -24,6 +24,7 @@ from ..primitives import Pipeline, StageRing, wait_parity
 from ..primitives.layout import BoundLayout, ParallelLayout, WorldParams
 from ..primitives.p2p import BoundTensorMaps, TensorMapTable
 from ..primitives.sync import Deadline
+from ..primitives.tma import tensor_map_param
 from ..toolchain import REGISTER_FILE
 from .progress import FLAGS, take_ticket
 
@@ -104,6 +105,7 @@ class Template:
     comm_threads: int | None = None      # threads per block when there is no compute side
     comm_first: bool = False             # communicators take the first tickets (they never wait)
     progress: bool = True                # roles from launch tickets (off only where no block ever waits)
+    prefetched: tuple[str, ...] = ()     # by-value tensor-map parameters thread 0 prefetches first of all
 
     @property
     def dynamic_smem(self) -> int:
@@ -260,6 +262,11 @@ class Template:
     def _context(self, k: Kernel, b: Builder) -> Ctx:
         rank, world = WorldParams.load(b)
         deadline = Deadline.start(b, rank)
+        tid = b.special("tid.x")
+        if self.prefetched:     # the descriptors' fetch overlaps the barriers' setup, not the first load
+            first_thread = b.setp("eq", u32, tid, 0, name="first_thread")
+            for name in self.prefetched:
+                b.prefetch(tensor_map_param(b, name), level="tensormap", pred=first_thread)
         layouts = {lay.name: lay.bind(b) for lay in self.all_layouts}
         tmaps = {t.name: t.bind(b) for t in self.tensor_maps}
         smem = {buf.name: b.mov(u32, k.shared(buf.name, buf.nbytes, buf.align), name=buf.name)
@@ -276,7 +283,6 @@ class Template:
                     smem[buf.name] = b.add(u32, window, start, name=buf.name)
         rings = {r.name: StageRing(b.mov(u32, k.shared(r.name, 8 * r.stages, 8), name=r.name), r.stages)
                  for r in self.rings}
-        tid = b.special("tid.x")
         if self.progress:
             ticket, launch_base, rounds_base = take_ticket(b, k, rank, layouts[FLAGS.name], tid)
             epoch = b.add(u32, rounds_base, 1, name="epoch")

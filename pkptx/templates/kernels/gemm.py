@@ -185,6 +185,7 @@ GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param
                Param("tiles_m", u32), Param("tiles_n", u32))
 
 
+C_PARAM = Param("tmap_c", b8, 128, 64)
 SPLIT_PARAMS = (Param("splits", u32), Param("split_ws", u64, pointer=True), Param("split_tickets", u64, pointer=True))
 STREAM_PARAMS = (Param("dp_tiles", u32), Param("sk_workers", u32), Param("sk_ws", u64, pointer=True),
                  Param("sk_tickets", u64, pointer=True))
@@ -208,7 +209,8 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
         + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, cfg.stage_readers)),
-        consumers=cfg.consumers, progress=progress, comm_first=comm_first, rebalance=cfg.rebalance)
+        consumers=cfg.consumers, progress=progress, comm_first=comm_first, rebalance=cfg.rebalance,
+        prefetched=("tmap_a", "tmap_b") + (("tmap_c",) if C_PARAM in params else ()))
 
 
 @dataclass
@@ -275,9 +277,6 @@ def roles(cfg: Config, *, store, tile=None, before_a=None, loop: KLoop | None = 
 
     def prologue(ctx):
         b = ctx.b
-        first_thread = b.setp("eq", u32, ctx.tid, 0, name="first_thread")
-        for operand in ("tmap_a", "tmap_b"):        # the first loads need not fetch the descriptors
-            b.prefetch(tensor_map_param(b, operand), level="tensormap", pred=first_thread)
         loop.pipe = Pipeline((ctx.rings["full"],), ctx.rings["empty"]).stepped(b)
         loop.k_blocks = b.div(u32, b.add(u32, ctx.p.k, cfg.k_elements - 1), cfg.k_elements, name="k_blocks")
         if cfg.scaled:
@@ -468,8 +467,6 @@ def store_direct(cfg: Config):
             c_ptr=ctx.p.c, row0=row, col0=col, rows=ctx.p.m, cols=ctx.p.n)
     return store
 
-
-C_PARAM = Param("tmap_c", b8, 128, 64)
 DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32))
 
 
