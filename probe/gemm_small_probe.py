@@ -4,7 +4,9 @@ GPU duration (CUPTI, through torch.profiler), for ours and cuBLAS's, at shapes o
 Event time - kernel time is what the launch costs on the GPU (the kernel's start after the event, its
 drain, the grid's completion); a gap between ours and cuBLAS's there is not in our K loop. Per shape:
 the planner's pick and a few variants (``--variants``: the direct epilogue, fewer stages, no k_split),
-each checked against an fp32 product first.
+each checked against an fp32 product first; "carveout 100": the pick with every pkptx kernel's preferred
+shared-memory carveout at its maximum (a kernel that needs another carveout than the one before it waits
+for the SM to reconfigure).
 
     python probe/gemm_small_probe.py [--shapes 512x512x512,...] [--repeats 40]
 """
@@ -37,9 +39,19 @@ def kernel_us(fn, repeats: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def set_carveout(percent: int) -> None:
+    """Every loaded pkptx kernel's preferred shared-memory carveout (-1: the driver's choice)."""
+    from pkptx.launch.driver import call, driver
+    from pkptx.launch.module import _functions
+    attr = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    for fn in _functions.values():
+        call("cuFuncSetAttribute", fn.handle, attr, percent)
+
+
 def variants(pick, smem: int):
     from pkptx.ops.gemm_plan import max_stages
     yield "pick", pick
+    yield "carveout 100", pick
     if pick.epilogue == "tma" and not pick.swap:
         yield "direct", replace(pick, epilogue="direct",
                                 stages=min(pick.stages, max_stages(pick.tile_m, pick.tile_n, smem, "direct")))
@@ -82,6 +94,7 @@ def main(argv=None) -> int:
             ours = lambda: gemm(a, b, c, config=cfg, stream=stream)  # noqa: E731
             c.fill_(float("nan"))
             ours()
+            set_carveout(100 if what == "carveout 100" else -1)
             torch.cuda.synchronize()
             err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
             if not err < 2e-2:
