@@ -3,12 +3,11 @@ GPU duration (CUPTI, through torch.profiler), for ours and cuBLAS's, at shapes o
 
 Event time - kernel time is what the launch costs on the GPU (the kernel's start after the event, its
 drain, the grid's completion); a gap between ours and cuBLAS's there is not in our K loop. Per shape:
-the planner's pick and a few variants (``--variants``: the direct epilogue, fewer stages, no k_split),
-each checked against an fp32 product first; "carveout 100": the pick with every pkptx kernel's preferred
-shared-memory carveout at its maximum (a kernel that needs another carveout than the one before it waits
-for the SM to reconfigure).
+the planner's pick and its tile turned on its side (``--every``: also the direct epilogue, fewer stages, no
+k_split, two K slices), each checked against an fp32 product first. (A preferred shared-memory carveout at
+its maximum, tried on 2026-12-08, changed nothing beyond the noise: bench/RESULTS.md.)
 
-    python probe/gemm_small_probe.py [--shapes 512x512x512,...] [--repeats 40]
+    python probe/gemm_small_probe.py [--shapes 512x512x512,...] [--repeats 40] [--every]
 """
 from __future__ import annotations
 
@@ -39,19 +38,15 @@ def kernel_us(fn, repeats: int) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def set_carveout(percent: int) -> None:
-    """Every loaded pkptx kernel's preferred shared-memory carveout (-1: the driver's choice)."""
-    from pkptx.launch.driver import call, driver
-    from pkptx.launch.module import _functions
-    attr = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
-    for fn in _functions.values():
-        call("cuFuncSetAttribute", fn.handle, attr, percent)
-
-
-def variants(pick, smem: int):
-    from pkptx.ops.gemm_plan import max_stages
+def variants(pick, smem: int, every: bool):
+    from pkptx.ops.gemm_plan import k_split_of, max_stages
     yield "pick", pick
-    yield "carveout 100", pick
+    if pick.tile_m != pick.tile_n and pick.tile_n in (64, 128, 256) and not pick.swap and pick.splits == 1:
+        yield "transposed tile", replace(pick, tile_m=pick.tile_n, tile_n=pick.tile_m,
+                                         stages=min(pick.stages, max_stages(pick.tile_n, pick.tile_m, smem)),
+                                         k_split=k_split_of(pick.tile_m, pick.tile_n))
+    if not every:
+        return
     if pick.epilogue == "tma" and not pick.swap:
         yield "direct", replace(pick, epilogue="direct",
                                 stages=min(pick.stages, max_stages(pick.tile_m, pick.tile_n, smem, "direct")))
@@ -67,6 +62,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK list")
     ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--every", action="store_true", help="also the direct epilogue, fewer stages, no k_split, K slices")
     args = ap.parse_args(argv)
     import torch
 
@@ -90,11 +86,10 @@ def main(argv=None) -> int:
         pick = plan(m, n, k, "bf16", sm_count=sms, smem_limit=smem, k_major_b=True)
         cublas = lambda: torch.matmul(a, b.T, out=theirs)  # noqa: E731
         cublas_kernels = kernel_us(cublas, args.repeats)
-        for what, cfg in variants(pick, smem):
+        for what, cfg in variants(pick, smem, args.every):
             ours = lambda: gemm(a, b, c, config=cfg, stream=stream)  # noqa: E731
             c.fill_(float("nan"))
             ours()
-            set_carveout(100 if what == "carveout 100" else -1)
             torch.cuda.synchronize()
             err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
             if not err < 2e-2:
