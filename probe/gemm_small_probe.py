@@ -66,16 +66,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    from gemm_sweep_probe import setup
     from pkptx.bench.common import paired_ms
-    from pkptx.launch import Device, Stream
-    from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops.gemm import gemm
     from pkptx.ops.gemm_plan import plan
 
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    dev = Device.current()
-    sms, smem = context_sm_count(dev), dev.smem_per_block_optin
-    stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+    shapes, dev, sms, smem, stream = setup(args.shapes, SHAPES)
     print(f"# {dev.name}, {sms} SMs; repeats {args.repeats}; us; ratio = cuBLAS / ours")
     print("shape | schedule | event ours | event cuBLAS | event ratio | kernel ours | kernel cuBLAS | kernel ratio"
           " | launch ours | launch cuBLAS | cuBLAS kernel")

@@ -28,6 +28,19 @@ SHAPES = [(128, 8192, 8192), (2048, 2048, 16384), (1024, 3072, 768), (8192, 8192
           (1024, 1024, 1024), (6144, 2048, 4096), (4096, 4096, 4096), (777, 1288, 4096)]
 
 
+def setup(shapes_arg: str | None, default):
+    """(shapes, device, SM count, shared memory per block, torch's current stream as a pkptx Stream) of a
+    GEMM probe: the MxNxK list given, else ``default``."""
+    import torch
+
+    from pkptx.launch import Device, Stream
+    from pkptx.launch.occupancy import context_sm_count
+    shapes = [tuple(int(v) for v in s.split("x")) for s in shapes_arg.split(",")] if shapes_arg else default
+    dev = Device.current()
+    stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+    return shapes, dev, context_sm_count(dev), dev.smem_per_block_optin, stream
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", type=float, default=100.0, help="seconds after which no new shape starts")
@@ -41,15 +54,10 @@ def main(argv=None) -> int:
     import torch
 
     from pkptx.bench.common import event_ms
-    from pkptx.launch import Device, Stream
-    from pkptx.launch.occupancy import context_sm_count
     from pkptx.ops.gemm import gemm
     from pkptx.ops.gemm_plan import TILE_RATE, GemmConfig, candidates, estimate_s, max_stages, plan, tile_rate
 
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    dev = Device.current()
-    sms, smem = context_sm_count(dev), dev.smem_per_block_optin
-    stream = Stream.wrap(torch.cuda.current_stream().cuda_stream)
+    shapes, dev, sms, smem, stream = setup(args.shapes, SHAPES)
     start = time.monotonic()
     print(f"# {dev.name}, {sms} SMs, {smem} B shared memory per block; repeats {args.repeats}")
     print("shape | schedule | model us | measured us | TFLOP/s | cuBLAS/ours | rel err | same bits")
