@@ -314,3 +314,18 @@ def test_drawn_is_the_plain_gemms():
     from pkptx.templates.kernels import gemm_ar
     with pytest.raises(PTXBuildError, match="drawn is the plain GEMM's"):
         gemm_ar.build(gemm_ar.Config(kernel.Config(drawn=True)))
+
+
+@pytest.mark.parametrize("cfg, maps", [(kernel.Config(), ("tmap_a", "tmap_b", "tmap_c")),
+                                       (kernel.Config(tile_m=64, tile_n=64, stages=8, epilogue="direct"),
+                                        ("tmap_a", "tmap_b")),
+                                       (kernel.Config(split_k=True), ("tmap_a", "tmap_b", "tmap_c"))])
+def test_tensor_maps_are_prefetched_before_the_barrier_setup(cfg, maps):
+    """Thread 0 asks for every tensor map the kernel loads or stores through before it initialises the stage
+    barriers, so the descriptor fetches overlap that setup rather than the first load or the last store."""
+    ptx = kernel.build(cfg).render()
+    first_init = ptx.index("mbarrier.init")
+    prefetched = [line.split("[")[1].split("_generic")[0] for line in ptx[:first_init].splitlines()
+                  if "prefetch.tensormap" in line]
+    assert prefetched == [f"%{name}" for name in maps]
+    assert "prefetch.tensormap" not in ptx[first_init:]

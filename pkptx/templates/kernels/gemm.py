@@ -183,9 +183,9 @@ class Config:
 
 GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param("k", u32),
                Param("tiles_m", u32), Param("tiles_n", u32))
-
-
 C_PARAM = Param("tmap_c", b8, 128, 64)
+
+
 SPLIT_PARAMS = (Param("splits", u32), Param("split_ws", u64, pointer=True), Param("split_tickets", u64, pointer=True))
 STREAM_PARAMS = (Param("dp_tiles", u32), Param("sk_workers", u32), Param("sk_ws", u64, pointer=True),
                  Param("sk_tickets", u64, pointer=True))
@@ -466,6 +466,7 @@ def store_direct(cfg: Config):
         put(b, acc, b.and_("b32", ctx.role_tid, 127, name="wg_tid"), n=cfg.tile_n, out_type=cfg.out_dtype,
             c_ptr=ctx.p.c, row0=row, col0=col, rows=ctx.p.m, cols=ctx.p.n)
     return store
+
 
 DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32))
 
