@@ -21,9 +21,6 @@ from .gemm_plan import MAX_SPLITS, GemmConfig, choose_config, plan, stream_k_spl
 from .launches import array, launch, task_counter, tensor_map
 
 
-OPERAND_L2_PROMOTION = 256     # A's and B's L2 misses fetch 256 bytes at once: a k-block row is 128
-
-
 class GemmArgumentError(ArgumentError):
     """A gemm argument of the wrong shape, dtype or layout (raised before any GPU work)."""
 
@@ -186,8 +183,7 @@ def _prepare(a, b, out, b_layout, stream, config, timeout_ns, timeout, scale_a, 
     tiles_m, tiles_n = -(-rows // cfg.tile_m), -(-cols // cfg.tile_n)
     grid = persistent_grid(launchable, work=tiles_m * tiles_n * schedule.splits)
     values = dict(
-        tmap_a=tensor_map(first, (cfg.tile_m, cfg.k_elements), l2_promotion=OPERAND_L2_PROMOTION),
-        tmap_b=tensor_map(second, cfg.b_box, l2_promotion=OPERAND_L2_PROMOTION), k=k,
+        tmap_a=tensor_map(first, (cfg.tile_m, cfg.k_elements)), tmap_b=tensor_map(second, cfg.b_box), k=k,
         tiles_m=tiles_m, tiles_n=tiles_n, rank=0, world=1, status=device_status(device).ptr,
         timeout_ns=device_timeout_ns(None, timeout, timeout_ns, "gemm: timeout"), num_comm_sms=0, **scales)
     if cfg.epilogue == "tma":

@@ -38,17 +38,15 @@ def array(x, op: str, name: str, error: type) -> DeviceArray:
         raise error(f"{op}: {name} must be a DeviceArray or a DLPack device array, got {type(x).__name__}") from exc
 
 
-def tensor_map(arr: DeviceArray, box: tuple, swizzle: int | None = 128, l2_promotion: int | None = None) -> TensorMap:
+def tensor_map(arr: DeviceArray, box: tuple, swizzle: int | None = 128) -> TensorMap:
     """The tiled map of ``arr`` with ``box`` (128-byte swizzle unless given), over its address alone (it
-    keeps no reference to the array); encoded once per address, shape, strides, dtype, box, swizzle and L2
-    promotion (``l2_promotion``: the bytes a load's L2 misses fetch at once, TensorMap.tiled's)."""
-    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box, swizzle, l2_promotion)
+    keeps no reference to the array); encoded once per address, shape, strides, dtype, box and swizzle."""
+    key = (arr.ptr, arr.shape, arr.strides, arr.dtype, box, swizzle)
     tmap = _tensor_maps.get(key)
     if tmap is None:
         if len(_tensor_maps) >= MAX_TENSOR_MAPS:
             _tensor_maps.pop(next(iter(_tensor_maps)))
         tmap = _tensor_maps[key] = TensorMap.tiled(arr.ptr, dtype=arr.dtype, shape=arr.shape, box=box, swizzle=swizzle,
-                                                   l2_promotion=l2_promotion,
                                                    strides_bytes=tuple(st * arr.itemsize for st in arr.strides))
     return tmap
 
