@@ -42,6 +42,7 @@ import numpy as np
 
 from ...errors import PTXBuildError
 from ...isa import Param, Reg, address, b8, f32, u32, u64
+from ...isa.signature import Kind
 from ...primitives import Pipeline, store_async
 from ...primitives.tma import tensor_map_param
 from ..gemm_parts import (BOX_COLS, FP8_TYPES, N_STEP, STAGING_BYTES, TILE_K, k_block_elements,
@@ -183,7 +184,6 @@ class Config:
 
 GEMM_PARAMS = (Param("tmap_a", b8, 128, 64), Param("tmap_b", b8, 128, 64), Param("k", u32),
                Param("tiles_m", u32), Param("tiles_n", u32))
-C_PARAM = Param("tmap_c", b8, 128, 64)
 
 
 SPLIT_PARAMS = (Param("splits", u32), Param("split_ws", u64, pointer=True), Param("split_tickets", u64, pointer=True))
@@ -200,17 +200,17 @@ def template(cfg: Config, name: str, *, params=(), layouts=(), tensor_maps=(), p
     if cfg.drawn and TASK_COUNTER_PARAM not in params:
         raise PTXBuildError(f"{name}: drawn is the plain GEMM's (gemm.build); a composing kernel draws its tasks "
                             "through its own counters")
+    every = (GEMM_PARAMS + (SPLIT_PARAMS if cfg.split_k else ()) + (STREAM_PARAMS if cfg.stream_k else ())
+             + (SCALE_PARAMS if cfg.scaled else ()) + tuple(params))
     return Template(
-        name, params=GEMM_PARAMS + (SPLIT_PARAMS if cfg.split_k else ()) + (STREAM_PARAMS if cfg.stream_k else ())
-        + (SCALE_PARAMS if cfg.scaled else ())
-        + tuple(params), layouts=tuple(layouts),
+        name, params=every, layouts=tuple(layouts),
         tensor_maps=tuple(tensor_maps), buffers=(Buffer("split_ticket", 4 * cfg.consumers, 4),) if split else (),
         dynamic_buffers=(Buffer("smem_a", cfg.stages * cfg.a_bytes, 1024),
                          Buffer("smem_b", cfg.stages * cfg.b_bytes, 1024))
         + ((Buffer("staging", cfg.staging_bytes, 1024),) if cfg.staging_bytes else ()),
         rings=(Ring("full", cfg.stages, 1), Ring("empty", cfg.stages, cfg.stage_readers)),
         consumers=cfg.consumers, progress=progress, comm_first=comm_first, rebalance=cfg.rebalance,
-        prefetched=("tmap_a", "tmap_b") + (("tmap_c",) if C_PARAM in params else ()))
+        prefetched=tuple(p.name for p in every if p.kind is Kind.TENSOR_MAP))
 
 
 @dataclass
@@ -468,6 +468,7 @@ def store_direct(cfg: Config):
     return store
 
 
+C_PARAM = Param("tmap_c", b8, 128, 64)
 DIRECT_PARAMS = (Param("c", u64, pointer=True), Param("m", u32), Param("n", u32))
 
 
